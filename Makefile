@@ -1,0 +1,63 @@
+# gitmd — every target sets up what it needs (venv, protobuf code, shim) by itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+GEN := gitmd/api/_generated
+PROTO := protos/gitm/v1/gitmd.proto
+GEN_STAMP := $(GEN)/gitm/v1/gitmd_pb2.py
+
+.PHONY: all venv proto build run test test-unit test-integration lint fmt deb gpu-wheels clean
+
+all: build
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+$(GEN_STAMP): $(PROTO) $(STAMP)
+	rm -rf $(GEN)
+	mkdir -p $(GEN)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(GEN) --pyi_out=$(GEN) --grpc_python_out=$(GEN) $(PROTO)
+	sed -i 's/^from gitm\.v1 import /from gitmd.api._generated.gitm.v1 import /' $(GEN)/gitm/v1/gitmd_pb2_grpc.py
+	touch $(GEN)/__init__.py $(GEN)/gitm/__init__.py $(GEN)/gitm/v1/__init__.py $(GEN)/py.typed
+
+proto: $(GEN_STAMP)
+
+build: venv proto
+
+run: build
+	bash tools/run-dev.sh
+
+test: build
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/shim
+
+test-unit: build
+	$(PY) -m pytest -q tests/unit
+
+test-integration: build
+	$(PY) -m pytest -q tests/integration
+
+lint: build
+	$(VENV)/bin/ruff check gitmd gitmctl tests bench tools
+	$(VENV)/bin/ruff format --check gitmd gitmctl tests bench tools
+	$(VENV)/bin/mypy
+
+fmt: venv
+	$(VENV)/bin/ruff format gitmd gitmctl tests bench tools
+	$(VENV)/bin/ruff check --fix gitmd gitmctl tests bench tools
+
+deb: build
+	bash packaging/deb/build.sh
+
+# Wheels the GPU host lacks (it has no package index); tests/gpu/run.sh installs them there.
+gpu-wheels: build
+	bash tools/gpu-wheels.sh
+
+clean:
+	rm -rf $(VENV) $(GEN) build dist *.egg-info var .pytest_cache

@@ -1,0 +1,57 @@
+"""gitmctl's entry point: global options, one subcommand per verb, errors as messages + exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gitmd import __version__
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    from gitmctl.commands import VERBS
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output (proto3 JSON mapping)")
+    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS,
+                        help="gitmd's Unix socket (default $GITMD_SOCKET or /run/gitmd/gitmd.sock)")
+    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for an answer")
+    p = argparse.ArgumentParser(
+        prog="gitmctl",
+        parents=[common],
+        description="Control and inspect gitmd, the GPU tuning daemon.",
+        epilog="Exit codes: 0 ok, 1 error, 2 bad usage or argument, 3 gitmd not reachable, 4 not found.",
+    )
+    p.add_argument("--version", action="version", version=f"gitmctl {__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    handlers: dict[str, object] = {}
+    for verb in VERBS:
+        verb.register(sub, common)
+        handlers[verb.NAME] = verb
+    return p, handlers
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, handlers = build_parser()
+    args = parser.parse_args(argv)
+    args.json = getattr(args, "json", False)
+    from gitmctl.client import Client, ClientError, default_socket
+
+    socket_path = getattr(args, "socket", None) or default_socket()
+    try:
+        client = Client(socket_path, timeout_s=getattr(args, "timeout", 10.0))
+        try:
+            return int(handlers[args.verb].run(args, client))  # type: ignore[attr-defined]
+        finally:
+            client.close()
+    except ClientError as e:
+        print(f"gitmctl: {e}", file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`gitmctl status`: is gitmd up, what it runs on, how it is configured."""
+
+from __future__ import annotations
+
+import argparse
+
+from gitmctl import render
+from gitmctl.client import Client, pb
+
+NAME = "status"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="daemon version, uptime, backend and configuration")
+    p.add_argument("--config", action="store_true", help="also list every effective setting")
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    st = client.call(client.stub.GetStatus, pb.GetStatusRequest())
+    if args.json:
+        render.print_json(st)
+        return 0
+    rows = [
+        ("version", st.version),
+        ("pid", str(st.pid)),
+        ("uptime", render.duration_h(st.uptime_s)),
+        ("backend", st.backend),
+        ("GPUs", str(st.gpu_count)),
+        ("driver", st.driver_version or "-"),
+        ("socket", st.socket_path),
+        ("state", st.state_dir),
+        ("sampling", f"every {st.sample_interval_s:g} s, {st.samples_taken} samples, "
+                     f"{st.sample_field_errors} field errors"),
+    ]
+    if args.config:
+        rows += [(k, v) for k, v in sorted(st.config.items())]
+    render.table(("", ""), rows)
+    return 0

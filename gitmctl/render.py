@@ -1,0 +1,70 @@
+"""Output: aligned tables for people, JSON (proto3 JSON mapping, field names as in the .proto) for tools."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+
+
+def to_dict(msg: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def print_json(obj: Any, out: TextIO = sys.stdout, compact: bool = False) -> None:
+    if not isinstance(obj, dict | list):
+        obj = to_dict(obj)
+    out.write(json.dumps(obj, separators=(",", ":")) if compact else json.dumps(obj, indent=2))
+    out.write("\n")
+    out.flush()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO = sys.stdout) -> None:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out.write(fmt.format(*headers).rstrip() + "\n")
+    for row in rows:
+        out.write(fmt.format(*row).rstrip() + "\n")
+    out.flush()
+
+
+def opt(msg: Any, field: str, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
+    if not msg.HasField(field):
+        return "-"
+    return fmt.format(getattr(msg, field) * scale)
+
+
+def bytes_h(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def duration_h(seconds: float) -> str:
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d{h:02d}h{m:02d}m"
+    if h:
+        return f"{h}h{m:02d}m{s:02d}s"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{seconds:.1f}s"
+
+
+def clock_h(ts_ns: int) -> str:
+    t = ts_ns / 1e9
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"

@@ -1,0 +1,75 @@
+"""gitmd's command line: read the config, apply overrides, run the daemon in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from gitmd import __version__, config, logs
+from gitmd.errors import ConfigError, GitmdError
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="gitmd",
+        description="gitmd: the host daemon that owns this host's GPUs (telemetry, capture, tuning).",
+    )
+    p.add_argument("--config", type=Path, help=f"TOML config file (default {config.DEFAULT_CONFIG_PATH} if present)")
+    p.add_argument("--prefix", type=Path, help="keep all state and runtime files under this folder (e.g. ./var)")
+    p.add_argument("--socket", type=Path, help="Unix socket path (overrides daemon.socket)")
+    p.add_argument("--state-dir", type=Path, help="state directory (overrides daemon.state_dir)")
+    p.add_argument("--runtime-dir", type=Path, help="runtime directory (overrides daemon.runtime_dir)")
+    p.add_argument("--backend", choices=config.BACKENDS, help="telemetry backend (overrides telemetry.backend)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (overrides metrics.port)")
+    p.add_argument("--log-level", choices=config.LOG_LEVELS, help="overrides daemon.log_level")
+    p.add_argument("--check-config", action="store_true", help="validate the config, print it, and exit")
+    p.add_argument("--version", action="version", version=f"gitmd {__version__}")
+    return p.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> config.Config:
+    cfg = config.load(args.config)
+    if args.prefix:
+        cfg = cfg.relocated(args.prefix)
+    d = cfg.daemon
+    d = dataclasses.replace(
+        d,
+        socket=args.socket.absolute() if args.socket else d.socket,
+        state_dir=args.state_dir.absolute() if args.state_dir else d.state_dir,
+        runtime_dir=args.runtime_dir.absolute() if args.runtime_dir else d.runtime_dir,
+        log_level=args.log_level or d.log_level,
+    )
+    t = dataclasses.replace(cfg.telemetry, backend=args.backend or cfg.telemetry.backend)
+    m = cfg.metrics
+    if args.metrics_port is not None:
+        if not 0 <= args.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
+        m = dataclasses.replace(m, port=args.metrics_port)
+    return dataclasses.replace(cfg, daemon=d, telemetry=t, metrics=m)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = build_config(args)
+    except ConfigError as e:
+        print(f"gitmd: configuration error: {e}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        for key, value in sorted(cfg.summary().items()):
+            print(f"{key} = {value}")
+        return 0
+    logs.setup(cfg.daemon.log_level)
+    from gitmd.daemon import Daemon
+
+    try:
+        return Daemon(cfg).run_forever()
+    except GitmdError as e:
+        print(f"gitmd: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The gRPC transport: server wiring, the thin servicer, and message conversion."""

@@ -1,0 +1,91 @@
+"""The gRPC servicer: one line per method. It converts and calls the service; no logic lives here.
+
+Errors of the project's hierarchy become status codes here, in one place (``_errors``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from gitmd.api import convert
+from gitmd.api.pb import pb, pb_grpc
+from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.service import Service
+
+log = logging.getLogger(__name__)
+
+_CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def unary(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return fn(self, request, context)
+        except GitmdError as e:
+            for cls, code in _CODES:
+                if isinstance(e, cls):
+                    context.abort(code, str(e))
+            log.exception("%s failed", fn.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    return unary  # type: ignore[return-value]
+
+
+def _stream_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def streaming(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from fn(self, request, context)
+        except GitmdError as e:
+            for cls, code in _CODES:
+                if isinstance(e, cls):
+                    context.abort(code, str(e))
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    return streaming  # type: ignore[return-value]
+
+
+def _opt(msg: Any, field: str) -> Any:
+    return getattr(msg, field) if msg.HasField(field) else None
+
+
+class GitmdServicer(pb_grpc.GitmdServicer):  # type: ignore[misc]
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+
+    @_errors
+    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.status_to_pb(self.svc.status())
+
+    @_errors
+    def ListGpus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.ListGpusResponse(
+            gpus=[convert.gpu_to_pb(g) for g in self.svc.gpus()],
+            backend=self.svc.backend.name,
+            driver_version=self.svc.backend.driver_version(),
+        )
+
+    @_errors
+    def GetTelemetry(self, request: Any, context: grpc.ServicerContext) -> Any:
+        page = self.svc.telemetry(
+            _opt(request, "gpu_index"), request.since_unix_ns, request.until_unix_ns, request.limit
+        )
+        return pb.GetTelemetryResponse(samples=[convert.sample_to_pb(s) for s in page.samples], truncated=page.truncated)
+
+    @_stream_errors
+    def WatchTelemetry(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        watch = self.svc.watch_telemetry(_opt(request, "gpu_index"))
+        context.add_callback(watch.cancel)
+        for sample in watch:
+            yield convert.sample_to_pb(sample)

@@ -1,0 +1,316 @@
+"""gitmd's configuration: TOML at /etc/gitmd/gitmd.toml (or --config), typed and validated.
+
+Every error names the file, the key and its line; unknown keys are errors, so a typo never passes
+silently. Every path is relocatable, for tests and for the embedded default under ./var/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitmd.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/gitmd/gitmd.toml")
+BACKENDS = ("auto", "nvml", "rocm", "sim")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    runtime_dir: Path = Path("/run/gitmd")
+    state_dir: Path = Path("/var/lib/gitmd")
+    socket: Path | None = None  # None: <runtime_dir>/gitmd.sock
+    socket_group: str = "gitm"
+    socket_mode: int = 0o660
+    log_level: str = "info"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.socket if self.socket is not None else self.runtime_dir / "gitmd.sock"
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "gitmd.db"
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    backend: str = "auto"
+    interval_s: float = 1.0
+    full_rate_retention_s: float = 3600.0
+    downsampled_retention_s: float = 7 * 86400.0
+    retention_interval_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 9402  # 0: off
+    address: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ThrottleEpisode:
+    gpu: int
+    start_s: float
+    duration_s: float
+    reason: str = "sw_power_cap"
+    sm_clock_factor: float = 0.6
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    gpu: int
+    pid: int
+    name: str = "sim-job"
+    used_memory_bytes: int = 1 << 30
+    start_s: float = 0.0
+    end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    gpus: int = 2
+    seed: int = 0
+    name: str = "Simulated H200"
+    memory_total_bytes: int = 141 * 10**9
+    throttle_episodes: tuple[ThrottleEpisode, ...] = ()
+    processes: tuple[SimProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    source: Path | None = None  # the file it came from, None for built-in defaults
+
+    def summary(self) -> dict[str, str]:
+        """Flattened "section.key" -> value, for GetStatus and logs."""
+        out: dict[str, str] = {}
+        for section in ("daemon", "telemetry", "metrics"):
+            for f in dataclasses.fields(getattr(self, section)):
+                value = getattr(getattr(self, section), f.name)
+                if f.name == "socket_mode":
+                    value = oct(value)
+                out[f"{section}.{f.name}"] = "" if value is None else str(value)
+        out["daemon.socket"] = str(self.daemon.socket_path)
+        out["config.source"] = str(self.source) if self.source else "(built-in defaults)"
+        return out
+
+    def relocated(self, prefix: Path) -> Config:
+        """All paths under ``prefix``: state in prefix/lib, runtime in prefix/run (make run's ./var/)."""
+        prefix = prefix.absolute()
+        daemon = dataclasses.replace(
+            self.daemon, state_dir=prefix / "lib", runtime_dir=prefix / "run", socket=None
+        )
+        return dataclasses.replace(self, daemon=daemon)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+Checker = Callable[[Any], Any]
+
+
+def _positive_float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ValueError("must be a number greater than 0")
+    return float(v)
+
+
+def _nonneg_float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise ValueError("must be a number of at least 0")
+    return float(v)
+
+
+def _int_range(lo: int, hi: int) -> Checker:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"must be an integer from {lo} to {hi}")
+        return v
+
+    return check
+
+
+def _string(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError("must be a string")
+    return v
+
+
+def _choice(options: tuple[str, ...]) -> Checker:
+    def check(v: Any) -> str:
+        if v not in options:
+            raise ValueError(f"must be one of {', '.join(repr(o) for o in options)}")
+        return str(v)
+
+    return check
+
+
+def _path(v: Any) -> Path:
+    if not isinstance(v, str) or not v:
+        raise ValueError("must be a non-empty path string")
+    return Path(v)
+
+
+def _mode(v: Any) -> int:
+    if isinstance(v, str) and re.fullmatch(r"0?[0-7]{3,4}", v):
+        return int(v, 8)
+    raise ValueError('must be an octal mode string such as "0660"')
+
+
+_SCHEMA: dict[str, dict[str, Checker]] = {
+    "daemon": {
+        "runtime_dir": _path,
+        "state_dir": _path,
+        "socket": _path,
+        "socket_group": _string,
+        "socket_mode": _mode,
+        "log_level": _choice(LOG_LEVELS),
+    },
+    "telemetry": {
+        "backend": _choice(BACKENDS),
+        "interval_s": _positive_float,
+        "full_rate_retention_s": _positive_float,
+        "downsampled_retention_s": _positive_float,
+        "retention_interval_s": _positive_float,
+    },
+    "metrics": {"port": _int_range(0, 65535), "address": _string},
+    "sim": {
+        "gpus": _int_range(0, 64),
+        "seed": _int_range(0, 2**31 - 1),
+        "name": _string,
+        "memory_total_bytes": _int_range(1, 2**62),
+        "throttle_episodes": lambda v: v,  # checked item by item below
+        "processes": lambda v: v,
+    },
+}
+
+_EPISODE_SCHEMA: dict[str, Checker] = {
+    "gpu": _int_range(0, 63),
+    "start_s": _nonneg_float,
+    "duration_s": _positive_float,
+    "reason": _string,
+    "sm_clock_factor": _positive_float,
+}
+_PROCESS_SCHEMA: dict[str, Checker] = {
+    "gpu": _int_range(0, 63),
+    "pid": _int_range(1, 2**31 - 1),
+    "name": _string,
+    "used_memory_bytes": _int_range(0, 2**62),
+    "start_s": _nonneg_float,
+    "end_s": _nonneg_float,
+}
+
+
+def _line_of(text: str, section: str, key: str | None) -> int | None:
+    """1-based line of ``key`` inside ``[section]`` (or of the section header), best effort."""
+    current = ""
+    header_line = None
+    for n, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        m = re.match(r"^\[\[?\s*([A-Za-z0-9_.\-]+)\s*\]\]?", stripped)
+        if m:
+            current = m.group(1)
+            if current == section and header_line is None:
+                header_line = n
+            continue
+        if key is not None and current == section and re.match(rf"^{re.escape(key)}\s*=", stripped):
+            return n
+    return header_line
+
+
+class _Reporter:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.text = text
+
+    def error(self, section: str, key: str | None, message: str) -> ConfigError:
+        line = _line_of(self.text, section, key)
+        where = f"{section}.{key}" if key else f"[{section}]"
+        at = f", line {line}" if line else ""
+        return ConfigError(f"{self.path}{at}: {where} {message}")
+
+
+def _check_table(
+    rep: _Reporter, section: str, raw: Any, schema: Mapping[str, Checker], what: str
+) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise rep.error(section, None, f"must be a table of {what}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in schema:
+            known = ", ".join(sorted(schema))
+            raise rep.error(section, key, f"is not a known setting (known: {known})")
+        try:
+            out[key] = schema[key](value)
+        except ValueError as e:
+            raise rep.error(section, key, f"{e} (got {value!r})") from None
+    return out
+
+
+def _items(rep: _Reporter, key: str, raw: Any, schema: Mapping[str, Checker], req: set[str]) -> list[dict]:
+    if not isinstance(raw, list):
+        raise rep.error("sim", key, "must be an array of tables")
+    items = []
+    for i, item in enumerate(raw):
+        checked = _check_table(rep, "sim", item, schema, f"{key}[{i}] settings")
+        missing = req - set(checked)
+        if missing:
+            raise rep.error("sim", key, f"[{i}] lacks {', '.join(sorted(missing))}")
+        items.append(checked)
+    return items
+
+
+def parse(text: str, path: Path) -> Config:
+    """Parse and validate a TOML document; raise ConfigError naming the key and line."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    rep = _Reporter(path, text)
+    for section in raw:
+        if section not in _SCHEMA:
+            known = ", ".join(sorted(_SCHEMA))
+            raise rep.error(section, None, f"is not a known section (known: {known})")
+    sections = {s: _check_table(rep, s, raw.get(s, {}), _SCHEMA[s], "settings") for s in _SCHEMA}
+
+    sim = dict(sections["sim"])
+    sim["throttle_episodes"] = tuple(
+        ThrottleEpisode(**d)
+        for d in _items(rep, "throttle_episodes", sim.get("throttle_episodes", []), _EPISODE_SCHEMA,
+                        {"gpu", "start_s", "duration_s"})
+    )
+    sim["processes"] = tuple(
+        SimProcess(**d)
+        for d in _items(rep, "processes", sim.get("processes", []), _PROCESS_SCHEMA, {"gpu", "pid"})
+    )
+    return Config(
+        daemon=DaemonConfig(**sections["daemon"]),
+        telemetry=TelemetryConfig(**sections["telemetry"]),
+        metrics=MetricsConfig(**sections["metrics"]),
+        sim=SimConfig(**sim),
+        source=path,
+    )
+
+
+def load(path: Path | None) -> Config:
+    """Load ``path``; with None, the default file if it exists, else built-in defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return Config()
+        path = DEFAULT_CONFIG_PATH
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    return parse(text, path)

@@ -1,0 +1,148 @@
+"""The one place that builds and wires every object, and the daemon's lifecycle.
+
+start: directories and locks -> store (migrations) -> telemetry backend -> sampler and retention on
+APScheduler -> gRPC on the Unix socket -> metrics -> READY=1. stop (SIGTERM/SIGINT): STOPPING=1,
+then the reverse order; each step runs even when an earlier one failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from gitmd import __version__, sdnotify
+from gitmd.config import Config
+from gitmd.errors import GitmdError
+from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
+from gitmd.store.db import Store
+from gitmd.store.telemetry import TelemetryStore
+from gitmd.telemetry.backend import TelemetryBackend, select_backend
+from gitmd.telemetry.nvml import NvmlBackend
+from gitmd.telemetry.rocm import RocmBackend
+from gitmd.telemetry.sampler import RETENTION_JOB_ID, Sampler
+from gitmd.telemetry.sim import SimBackend
+
+log = logging.getLogger(__name__)
+
+
+def backend_factories(config: Config) -> dict[str, Callable[[], TelemetryBackend]]:
+    return {
+        "nvml": NvmlBackend,
+        "rocm": RocmBackend,
+        "sim": lambda: SimBackend(config.sim),
+    }
+
+
+class Daemon:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.stopped = threading.Event()
+        self._cleanup: list[tuple[str, Callable[[], None]]] = []
+
+    def _on_stop(self, what: str, fn: Callable[[], None]) -> None:
+        self._cleanup.append((what, fn))
+
+    def start(self) -> None:
+        # Imported here: the generated protobuf code is only needed once we really serve.
+        from gitmd.api.server import ApiServer
+        from gitmd.metrics import MetricsServer, build_registry
+        from gitmd.service import Service
+
+        cfg = self.config
+        d = cfg.daemon
+        try:
+            ensure_dir(d.state_dir, STATE_DIR_MODE, "state directory")
+            ensure_dir(d.socket_path.parent, RUNTIME_DIR_MODE, "socket directory")
+            ensure_dir(d.runtime_dir, RUNTIME_DIR_MODE, "runtime directory")
+            state_lock = InstanceLock(d.state_dir / "gitmd.lock", "state directory")
+            state_lock.acquire()
+            self._on_stop("state lock", state_lock.release)
+            socket_lock = InstanceLock(d.socket_path.with_name(d.socket_path.name + ".lock"), "socket")
+            socket_lock.acquire()
+            self._on_stop("socket lock", socket_lock.release)
+            clear_stale_socket(d.socket_path)
+
+            store = Store(d.db_path)
+            self._on_stop("store", store.close)
+            telemetry_store = TelemetryStore(store)
+
+            backend = select_backend(cfg.telemetry.backend, backend_factories(cfg))
+            self._on_stop("telemetry backend", backend.close)
+            gpus = backend.gpus()
+            log.info(
+                "telemetry backend %s: %d GPU(s) %s, driver %s",
+                backend.name, len(gpus), ", ".join(g.name for g in gpus), backend.driver_version() or "?",
+            )
+
+            sampler = Sampler(backend, telemetry_store, cfg.telemetry.interval_s)
+            scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True})
+            sampler.schedule(scheduler)
+            t = cfg.telemetry
+            scheduler.add_job(
+                lambda: self._retention(telemetry_store),
+                "interval",
+                seconds=t.retention_interval_s,
+                id=RETENTION_JOB_ID,
+            )
+            sampler.tick()  # a first reading before we answer anyone
+            scheduler.start()
+            self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))
+
+            self.service = Service(cfg, backend, sampler, telemetry_store)
+            self._on_stop("watchers", self.service.shutdown)
+            api = ApiServer(self.service, d.socket_path, d.socket_mode, d.socket_group)
+            api.start()
+            self._on_stop("gRPC server", lambda: api.stop(grace_s=2.0))
+
+            if cfg.metrics.port:
+                metrics = MetricsServer(build_registry(sampler, gpus), cfg.metrics.address, cfg.metrics.port)
+                if metrics.start():
+                    self._on_stop("metrics server", metrics.stop)
+        except BaseException:
+            self.stop()
+            raise
+        sdnotify.notify(f"READY=1\nSTATUS=serving on {d.socket_path}, backend {backend.name}, {len(gpus)} GPU(s)")
+        log.info("gitmd %s ready (config: %s)", __version__, cfg.source or "built-in defaults")
+
+    def _retention(self, telemetry_store: TelemetryStore) -> None:
+        t = self.config.telemetry
+        r = telemetry_store.apply_retention(time.time_ns(), t.full_rate_retention_s, t.downsampled_retention_s)
+        if r.downsampled_rows or r.aggregates_dropped:
+            log.info(
+                "retention: folded %d samples into %d minute rows, dropped %d old minute rows",
+                r.downsampled_rows, r.aggregates_written, r.aggregates_dropped,
+            )
+
+    def stop(self) -> None:
+        """Undo start in reverse order; one failing step is logged and the rest still run."""
+        while self._cleanup:
+            what, fn = self._cleanup.pop()
+            try:
+                fn()
+            except Exception:
+                log.exception("stopping %s failed", what)
+
+    def run_forever(self) -> int:
+        def request_stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self.stopped.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        try:
+            self.start()
+        except GitmdError as e:
+            log.error("cannot start: %s", e)
+            return 1
+        while not self.stopped.wait(3600):
+            pass
+        sdnotify.notify("STOPPING=1")
+        self.stop()
+        log.info("gitmd stopped")
+        return 0

@@ -1,0 +1,95 @@
+"""Preparing the daemon's directories and exclusive locks before anything is served.
+
+The state and runtime directories are created with safe modes when missing, or refused with a
+message that says what is wrong. An flock beside the socket and one in the state directory make a
+second instance refuse to start instead of stealing the socket or sharing the store.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+from typing import IO
+
+from gitmd.errors import StartupError
+
+STATE_DIR_MODE = 0o750
+RUNTIME_DIR_MODE = 0o755  # users must reach the socket inside; the socket itself is 0660
+
+
+def ensure_dir(path: Path, mode: int, what: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise StartupError(f"{what} {path} exists and is not a directory")
+    if not path.exists():
+        try:
+            path.mkdir(parents=True, mode=mode)
+            os.chmod(path, mode)  # mkdir's mode is masked by the umask
+        except OSError as e:
+            raise StartupError(f"cannot create {what} {path}: {e.strerror}") from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StartupError(f"{what} {path} is not writable by uid {os.getuid()}")
+    probe = path / f".gitmd-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise StartupError(f"{what} {path} is not writable: {e.strerror}") from e
+
+
+class InstanceLock:
+    """An flock held for the daemon's life; the file records the holder's pid."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        try:
+            fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the daemon's life
+        except OSError as e:
+            raise StartupError(f"cannot open lock file {self.path}: {e.strerror}") from e
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StartupError(
+                    f"another gitmd (pid {holder}) already holds the {self.what} ({self.path}); "
+                    "stop it first or choose other paths"
+                ) from e
+            raise StartupError(f"cannot lock {self.path}: {e.strerror}") from e
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def clear_stale_socket(path: Path) -> None:
+    """Remove a socket left by a dead instance; refuse when something answers on it."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_socket():
+        raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)
+            return
+        except OSError as e:
+            raise StartupError(f"cannot probe existing socket {path}: {e}") from e
+    raise StartupError(f"another process is already serving on {path}; stop it first")

@@ -1,0 +1,147 @@
+"""Opening the store: WAL, a busy timeout, and numbered migrations applied in order at start.
+
+A migration is ``migrations/NNNN_name.sql``; each runs in its own transaction together with the row
+that records it, so a crash mid-migration leaves the previous version intact. A database written by
+a newer gitmd (a version this one does not know) is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from gitmd.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def bundled_migrations() -> list[Migration]:
+    found = []
+    for entry in importlib.resources.files("gitmd.store.migrations").iterdir():
+        m = _MIGRATION_NAME.match(entry.name)
+        if m:
+            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda x: x.version)
+    for expected, mig in enumerate(found, start=1):
+        if mig.version != expected:
+            raise StoreError(f"migrations are not numbered 1..N without gaps: found {mig.version} at {expected}")
+    return found
+
+
+class Store:
+    """One connection, serialised by a lock: the daemon's threads (sampler, RPC pool) share it."""
+
+    def __init__(self, path: Path | str, migrations: list[Migration] | None = None) -> None:
+        self.path = path
+        try:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open the store {path}: {e}") from e
+        self.db = sqlite_utils.Database(conn)
+        self._lock = threading.RLock()
+        self.migrate(migrations if migrations is not None else bundled_migrations())
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.db.conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """Serialised, atomic: BEGIN IMMEDIATE .. COMMIT, ROLLBACK on any exception."""
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite_utils.Database]:
+        with self._lock:
+            yield self.db
+
+    def schema_version(self) -> int:
+        with self._lock:
+            if not self.db["schema_migrations"].exists():
+                return 0
+            row = self.conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+            return int(row[0] or 0)
+
+    def migrate(self, migrations: list[Migration]) -> None:
+        try:
+            with self._lock:
+                self.conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ns INTEGER NOT NULL)"
+                )
+                current = self.schema_version()
+                known = migrations[-1].version if migrations else 0
+                if current > known:
+                    raise StoreError(
+                        f"the store {self.path} has schema version {current}, newer than this gitmd knows "
+                        f"({known}); it was written by a newer gitmd. Refusing to touch it."
+                    )
+                for mig in migrations:
+                    if mig.version <= current:
+                        continue
+                    log.info("store: applying migration %04d_%s", mig.version, mig.name)
+                    with self.transaction():
+                        for statement in _statements(mig.sql):
+                            self.conn.execute(statement)
+                        self.conn.execute(
+                            "INSERT INTO schema_migrations (version, name, applied_at_ns) VALUES (?, ?, ?)",
+                            (mig.version, mig.name, time.time_ns()),
+                        )
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"the store {self.path} is not usable: {e}") from e
+
+    def integrity_ok(self) -> bool:
+        with self._lock:
+            return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.conn.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass
+            self.conn.close()
+
+
+def _statements(sql: str) -> Iterator[str]:
+    """Split a migration into statements (executescript would commit our transaction)."""
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        if line.strip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                yield buf.strip()
+            buf = ""
+    if buf.strip():
+        raise StoreError(f"migration has an incomplete statement: {buf.strip()[:80]}")
