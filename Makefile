@@ -35,7 +35,7 @@ run: build
 	bash tools/run-dev.sh
 
 test: build
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/shim
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit
@@ -44,8 +44,8 @@ test-integration: build
 	$(PY) -m pytest -q tests/integration
 
 lint: build
-	$(VENV)/bin/ruff check gitmd gitmctl tests bench tools
-	$(VENV)/bin/ruff format --check gitmd gitmctl tests bench tools
+	$(VENV)/bin/ruff check gitmd gitmctl tests tools
+	$(VENV)/bin/ruff format --check gitmd gitmctl tests tools
 	$(VENV)/bin/mypy
 
 fmt: venv

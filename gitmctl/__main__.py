@@ -13,11 +13,21 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     from gitmctl.commands import VERBS
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="machine-readable output (proto3 JSON mapping)")
-    common.add_argument("--socket", type=Path, default=argparse.SUPPRESS,
-                        help="gitmd's Unix socket (default $GITMD_SOCKET or /run/gitmd/gitmd.sock)")
-    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for an answer")
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="machine-readable output (proto3 JSON mapping)",
+    )
+    common.add_argument(
+        "--socket",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="gitmd's Unix socket (default $GITMD_SOCKET or /run/gitmd/gitmd.sock)",
+    )
+    common.add_argument(
+        "--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for an answer"
+    )
     p = argparse.ArgumentParser(
         prog="gitmctl",
         parents=[common],

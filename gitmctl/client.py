@@ -70,8 +70,8 @@ class Client:
             raise self._translate(e) from None
 
     def _translate(self, e: grpc.RpcError) -> ClientError:
-        code = e.code()  # type: ignore[attr-defined]
-        details = e.details()  # type: ignore[attr-defined]
+        code = e.code()
+        details = e.details() or ""
         if code == grpc.StatusCode.UNAVAILABLE:
             return _not_running(self.socket_path, details or "unavailable")
         if code == grpc.StatusCode.NOT_FOUND:

@@ -16,12 +16,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="gitmd",
         description="gitmd: the host daemon that owns this host's GPUs (telemetry, capture, tuning).",
     )
-    p.add_argument("--config", type=Path, help=f"TOML config file (default {config.DEFAULT_CONFIG_PATH} if present)")
-    p.add_argument("--prefix", type=Path, help="keep all state and runtime files under this folder (e.g. ./var)")
+    p.add_argument(
+        "--config", type=Path, help=f"TOML config file (default {config.DEFAULT_CONFIG_PATH} if present)"
+    )
+    p.add_argument(
+        "--prefix", type=Path, help="keep all state and runtime files under this folder (e.g. ./var)"
+    )
     p.add_argument("--socket", type=Path, help="Unix socket path (overrides daemon.socket)")
     p.add_argument("--state-dir", type=Path, help="state directory (overrides daemon.state_dir)")
     p.add_argument("--runtime-dir", type=Path, help="runtime directory (overrides daemon.runtime_dir)")
-    p.add_argument("--backend", choices=config.BACKENDS, help="telemetry backend (overrides telemetry.backend)")
+    p.add_argument(
+        "--backend", choices=config.BACKENDS, help="telemetry backend (overrides telemetry.backend)"
+    )
     p.add_argument("--metrics-port", type=int, help="Prometheus port, 0 = off (overrides metrics.port)")
     p.add_argument("--log-level", choices=config.LOG_LEVELS, help="overrides daemon.log_level")
     p.add_argument("--check-config", action="store_true", help="validate the config, print it, and exit")

@@ -285,8 +285,13 @@ def parse(text: str, path: Path) -> Config:
     sim = dict(sections["sim"])
     sim["throttle_episodes"] = tuple(
         ThrottleEpisode(**d)
-        for d in _items(rep, "throttle_episodes", sim.get("throttle_episodes", []), _EPISODE_SCHEMA,
-                        {"gpu", "start_s", "duration_s"})
+        for d in _items(
+            rep,
+            "throttle_episodes",
+            sim.get("throttle_episodes", []),
+            _EPISODE_SCHEMA,
+            {"gpu", "start_s", "duration_s"},
+        )
     )
     sim["processes"] = tuple(
         SimProcess(**d)

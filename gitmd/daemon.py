@@ -77,7 +77,10 @@ class Daemon:
             gpus = backend.gpus()
             log.info(
                 "telemetry backend %s: %d GPU(s) %s, driver %s",
-                backend.name, len(gpus), ", ".join(g.name for g in gpus), backend.driver_version() or "?",
+                backend.name,
+                len(gpus),
+                ", ".join(g.name for g in gpus),
+                backend.driver_version() or "?",
             )
 
             sampler = Sampler(backend, telemetry_store, cfg.telemetry.interval_s)
@@ -107,16 +110,22 @@ class Daemon:
         except BaseException:
             self.stop()
             raise
-        sdnotify.notify(f"READY=1\nSTATUS=serving on {d.socket_path}, backend {backend.name}, {len(gpus)} GPU(s)")
+        sdnotify.notify(
+            f"READY=1\nSTATUS=serving on {d.socket_path}, backend {backend.name}, {len(gpus)} GPU(s)"
+        )
         log.info("gitmd %s ready (config: %s)", __version__, cfg.source or "built-in defaults")
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:
         t = self.config.telemetry
-        r = telemetry_store.apply_retention(time.time_ns(), t.full_rate_retention_s, t.downsampled_retention_s)
+        r = telemetry_store.apply_retention(
+            time.time_ns(), t.full_rate_retention_s, t.downsampled_retention_s
+        )
         if r.downsampled_rows or r.aggregates_dropped:
             log.info(
                 "retention: folded %d samples into %d minute rows, dropped %d old minute rows",
-                r.downsampled_rows, r.aggregates_written, r.aggregates_dropped,
+                r.downsampled_rows,
+                r.aggregates_written,
+                r.aggregates_dropped,
             )
 
     def stop(self) -> None:

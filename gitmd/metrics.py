@@ -45,7 +45,9 @@ class TelemetryCollector(Collector):
         latest = self.sampler.latest()
         families = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, doc, _, _ in _GAUGES}
         reasons_mask = GaugeMetricFamily(
-            "gitm_gpu_clocks_event_reasons", "Clock event (throttle) reasons bitmask, NVML layout", labels=LABELS
+            "gitm_gpu_clocks_event_reasons",
+            "Clock event (throttle) reasons bitmask, NVML layout",
+            labels=LABELS,
         )
         reason = GaugeMetricFamily(
             "gitm_gpu_clocks_event_reason_active", "1 while the reason holds", labels=[*LABELS, "reason"]
@@ -67,10 +69,15 @@ class TelemetryCollector(Collector):
         yield procs
         st = self.sampler.stats
         yield CounterMetricFamily("gitm_daemon_samples", "GPU samples taken", value=st.samples)
-        yield CounterMetricFamily("gitm_daemon_sample_field_errors", "Fields that failed to read", value=st.field_errors)
-        yield CounterMetricFamily("gitm_daemon_store_failures", "Sample batches not stored", value=st.store_failures)
-        yield GaugeMetricFamily("gitm_daemon_last_tick_seconds", "Duration of the last sampling tick",
-                                value=st.last_tick_s)
+        yield CounterMetricFamily(
+            "gitm_daemon_sample_field_errors", "Fields that failed to read", value=st.field_errors
+        )
+        yield CounterMetricFamily(
+            "gitm_daemon_store_failures", "Sample batches not stored", value=st.store_failures
+        )
+        yield GaugeMetricFamily(
+            "gitm_daemon_last_tick_seconds", "Duration of the last sampling tick", value=st.last_tick_s
+        )
 
 
 def build_registry(sampler: Sampler, gpus: list[GpuInfo]) -> CollectorRegistry:
@@ -91,7 +98,9 @@ class MetricsServer:
         try:
             self._server, _thread = start_http_server(self.port, addr=self.address, registry=self.registry)
         except OSError as e:
-            log.error("metrics: cannot listen on %s:%d (%s); Prometheus metrics are off", self.address, self.port, e)
+            log.error(
+                "metrics: cannot listen on %s:%d (%s); Prometheus metrics are off", self.address, self.port, e
+            )
             return False
         log.info("metrics: serving http://%s:%d/metrics", self.address, self.port)
         return True

@@ -94,7 +94,9 @@ class Service:
         until = until_ns or time.time_ns()
         if until <= since_ns:
             raise InvalidArgumentError(f"until ({until}) must be after since ({since_ns})")
-        samples, truncated = self.telemetry_store.query(gpu_index, since_ns, until, limit or DEFAULT_TELEMETRY_LIMIT)
+        samples, truncated = self.telemetry_store.query(
+            gpu_index, since_ns, until, limit or DEFAULT_TELEMETRY_LIMIT
+        )
         return TelemetryPage(samples, truncated)
 
     def watch_telemetry(self, gpu_index: int | None) -> Watch:

@@ -29,8 +29,11 @@ def run(args: argparse.Namespace, client: Client) -> int:
         ("driver", st.driver_version or "-"),
         ("socket", st.socket_path),
         ("state", st.state_dir),
-        ("sampling", f"every {st.sample_interval_s:g} s, {st.samples_taken} samples, "
-                     f"{st.sample_field_errors} field errors"),
+        (
+            "sampling",
+            f"every {st.sample_interval_s:g} s, {st.samples_taken} samples, "
+            f"{st.sample_field_errors} field errors",
+        ),
     ]
     if args.config:
         rows += [(k, v) for k, v in sorted(st.config.items())]

@@ -12,8 +12,21 @@ from gitmctl import render
 from gitmctl.client import Client, pb
 
 NAME = "telemetry"
-HEADERS = ("GPU", "TIME", "UTIL%", "MEM%", "SM MHz", "MEM MHz", "POWER W", "TEMP C", "MEM USED", "PCIe RX MB/s",
-           "PCIe TX MB/s", "CLOCK EVENTS", "PROCS")
+HEADERS = (
+    "GPU",
+    "TIME",
+    "UTIL%",
+    "MEM%",
+    "SM MHz",
+    "MEM MHz",
+    "POWER W",
+    "TEMP C",
+    "MEM USED",
+    "PCIe RX MB/s",
+    "PCIe TX MB/s",
+    "CLOCK EVENTS",
+    "PROCS",
+)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -30,9 +43,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--gpu", type=int, metavar="N", help="only GPU N")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--watch", action="store_true", help="stream every new sample until interrupted")
-    mode.add_argument("--since", type=parse_duration, metavar="DURATION",
-                      help="stored samples of the last DURATION (e.g. 30s, 5m, 2h)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many samples with --since (newest kept)")
+    mode.add_argument(
+        "--since",
+        type=parse_duration,
+        metavar="DURATION",
+        help="stored samples of the last DURATION (e.g. 30s, 5m, 2h)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=0, help="at most this many samples with --since (newest kept)"
+    )
 
 
 def row(s: Any) -> tuple[str, ...]:
@@ -67,8 +86,12 @@ def run(args: argparse.Namespace, client: Client) -> int:
         return _watch(args, client)
     if args.since is not None:
         now = time.time_ns()
-        req = pb.GetTelemetryRequest(since_unix_ns=now - int(args.since * 1e9), until_unix_ns=now,
-                                     limit=max(args.limit, 0), **_request_gpu(args))
+        req = pb.GetTelemetryRequest(
+            since_unix_ns=now - int(args.since * 1e9),
+            until_unix_ns=now,
+            limit=max(args.limit, 0),
+            **_request_gpu(args),
+        )
     else:
         req = pb.GetTelemetryRequest(**_request_gpu(args))
     resp = client.call(client.stub.GetTelemetry, req)

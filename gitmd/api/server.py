@@ -28,7 +28,9 @@ MAX_UNIX_PATH = 107  # sun_path is 108 bytes with its NUL
 
 
 class ApiServer:
-    def __init__(self, service: Service, socket_path: Path, socket_mode: int, socket_group: str, workers: int = 16):
+    def __init__(
+        self, service: Service, socket_path: Path, socket_mode: int, socket_group: str, workers: int = 16
+    ):
         if len(os.fsencode(socket_path)) > MAX_UNIX_PATH:
             raise StartupError(
                 f"socket path {socket_path} is {len(os.fsencode(socket_path))} bytes; Unix sockets allow "
@@ -45,7 +47,11 @@ class ApiServer:
         pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             self.server,
         )
 
@@ -68,8 +74,12 @@ class ApiServer:
         try:
             gid = grp.getgrnam(self._group).gr_gid
         except KeyError:
-            log.info("group %r does not exist; socket %s keeps group %d", self._group, self.socket_path,
-                     os.stat(self.socket_path).st_gid)
+            log.info(
+                "group %r does not exist; socket %s keeps group %d",
+                self._group,
+                self.socket_path,
+                os.stat(self.socket_path).st_gid,
+            )
             return
         try:
             os.chown(self.socket_path, -1, gid)

@@ -60,7 +60,7 @@ def _opt(msg: Any, field: str) -> Any:
     return getattr(msg, field) if msg.HasField(field) else None
 
 
-class GitmdServicer(pb_grpc.GitmdServicer):  # type: ignore[misc]
+class GitmdServicer(pb_grpc.GitmdServicer):
     def __init__(self, service: Service) -> None:
         self.svc = service
 
@@ -81,7 +81,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):  # type: ignore[misc]
         page = self.svc.telemetry(
             _opt(request, "gpu_index"), request.since_unix_ns, request.until_unix_ns, request.limit
         )
-        return pb.GetTelemetryResponse(samples=[convert.sample_to_pb(s) for s in page.samples], truncated=page.truncated)
+        return pb.GetTelemetryResponse(
+            samples=[convert.sample_to_pb(s) for s in page.samples], truncated=page.truncated
+        )
 
     @_stream_errors
     def WatchTelemetry(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:

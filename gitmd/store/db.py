@@ -43,7 +43,9 @@ def bundled_migrations() -> list[Migration]:
     found.sort(key=lambda x: x.version)
     for expected, mig in enumerate(found, start=1):
         if mig.version != expected:
-            raise StoreError(f"migrations are not numbered 1..N without gaps: found {mig.version} at {expected}")
+            raise StoreError(
+                f"migrations are not numbered 1..N without gaps: found {mig.version} at {expected}"
+            )
     return found
 
 

@@ -40,7 +40,9 @@ _COMMON = ("gpu_index", "ts_ns", "uuid", *_MEAN_COLUMNS, *_INT_MEAN_COLUMNS, "cl
 
 
 def sample_to_row(s: GpuSample) -> dict[str, Any]:
-    row: dict[str, Any] = {c: getattr(s, c) for c in ("gpu_index", "ts_ns", "uuid", *_MEAN_COLUMNS, *_INT_MEAN_COLUMNS)}
+    row: dict[str, Any] = {
+        c: getattr(s, c) for c in ("gpu_index", "ts_ns", "uuid", *_MEAN_COLUMNS, *_INT_MEAN_COLUMNS)
+    }
     row["clock_event_reasons"] = encode_reasons(s.clock_event_reasons)
     row["processes"] = json.dumps([[p.pid, p.used_memory_bytes, p.name] for p in s.processes])
     row["errors"] = json.dumps([[e.field, e.message] for e in s.errors])
@@ -81,7 +83,7 @@ class TelemetryStore:
         if not samples:
             return
         with self.store.transaction() as db:
-            db["telemetry"].insert_all((sample_to_row(s) for s in samples), replace=True)
+            db.table("telemetry").insert_all((sample_to_row(s) for s in samples), replace=True)
 
     def query(
         self, gpu_index: int | None, since_ns: int, until_ns: int, limit: int
@@ -95,7 +97,8 @@ class TelemetryStore:
         cols = ", ".join(_COMMON)
         sql = (
             f"SELECT * FROM ("
-            f" SELECT {cols}, processes, errors, 1 AS n_samples, 0 AS downsampled FROM telemetry WHERE {where}"
+            f" SELECT {cols}, processes, errors, 1 AS n_samples, 0 AS downsampled"
+            f" FROM telemetry WHERE {where}"
             f" UNION ALL"
             f" SELECT {cols}, '[]', '[]', n_samples, 1 FROM telemetry_1m WHERE {where}"
             f") ORDER BY ts_ns DESC, gpu_index LIMIT ?"

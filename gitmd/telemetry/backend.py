@@ -11,7 +11,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gitmd.errors import BackendUnavailableError, TelemetryError
@@ -171,7 +171,9 @@ class TelemetryBackend(abc.ABC):
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def translating(vendor_error: type[BaseException], describe: Callable[[BaseException], str]) -> Callable[[F], F]:
+def translating(
+    vendor_error: type[BaseException], describe: Callable[[BaseException], str]
+) -> Callable[[F], F]:
     """Decorator: vendor exceptions leave as TelemetryError (the message says what failed)."""
 
     def wrap(fn: F) -> F:
@@ -203,6 +205,8 @@ def select_backend(choice: str, factories: dict[str, Callable[[], TelemetryBacke
             log.debug("backend %s not available: %s", name, e)
             continue
         if name == "sim" and reasons:
-            log.info("no GPU telemetry library answered (%s); using the simulated backend", "; ".join(reasons))
+            log.info(
+                "no GPU telemetry library answered (%s); using the simulated backend", "; ".join(reasons)
+            )
         return backend
     raise BackendUnavailableError("no telemetry backend could be opened: " + "; ".join(reasons))

@@ -114,7 +114,9 @@ class NvmlBackend(TelemetryBackend):
             vendor="nvidia",
             pci_bus_id=_text(pci.busId) if pci is not None else "",
             memory_total_bytes=int(mem.total) if mem is not None else 0,
-            sm_clock_max_mhz=self._optional("sm_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+            sm_clock_max_mhz=self._optional(
+                "sm_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM
+            ),
             mem_clock_max_mhz=self._optional(
                 "mem_clock_max", nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM
             ),
@@ -133,9 +135,13 @@ class NvmlBackend(TelemetryBackend):
             util = call("utilization", nv.nvmlDeviceGetUtilizationRates, h)
             b.values["utilization_gpu_pct"] = float(util.gpu)
             b.values["utilization_memory_pct"] = float(util.memory)
-        b.set("sm_clock_mhz", lambda: float(call("sm_clock_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)))
         b.set(
-            "mem_clock_mhz", lambda: float(call("mem_clock_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM))
+            "sm_clock_mhz",
+            lambda: float(call("sm_clock_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)),
+        )
+        b.set(
+            "mem_clock_mhz",
+            lambda: float(call("mem_clock_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)),
         )
         b.values["sm_clock_max_mhz"] = info.sm_clock_max_mhz
         b.values["mem_clock_max_mhz"] = info.mem_clock_max_mhz
@@ -161,7 +167,9 @@ class NvmlBackend(TelemetryBackend):
         with b.reading("clock_event_reasons"):
             if self._reasons_fn is None:
                 raise TelemetryError("this NVML binding offers no clock event reason function")
-            b.values["clock_event_reasons"] = decode_reasons(int(call("clock_event_reasons", self._reasons_fn, h)))
+            b.values["clock_event_reasons"] = decode_reasons(
+                int(call("clock_event_reasons", self._reasons_fn, h))
+            )
         with b.reading("processes"):
             procs = call("processes", nv.nvmlDeviceGetComputeProcesses, h)
             b.values["processes"] = tuple(

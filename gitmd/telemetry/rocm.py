@@ -96,13 +96,19 @@ class RocmBackend(TelemetryBackend):
         assert r is not None
         info = self._gpus[index]
         b = SampleBuilder(index, info.uuid, self._clock_ns())
-        b.set("utilization_gpu_pct", lambda: float(_checked("utilization_gpu_pct", r.smi_get_device_utilization(index))))
+        b.set(
+            "utilization_gpu_pct",
+            lambda: float(_checked("utilization_gpu_pct", r.smi_get_device_utilization(index))),
+        )
         b.set(
             "utilization_memory_pct",
             lambda: float(_checked("utilization_memory_pct", r.smi_get_device_memory_busy(index))),
         )
         b.set("power_mw", lambda: 1000.0 * float(_checked("power_mw", r.smi_get_device_average_power(index))))
-        b.set("memory_used_bytes", lambda: int(_checked("memory_used_bytes", r.smi_get_device_memory_used(index))))
+        b.set(
+            "memory_used_bytes",
+            lambda: int(_checked("memory_used_bytes", r.smi_get_device_memory_used(index))),
+        )
         b.values["memory_total_bytes"] = info.memory_total_bytes or None
         b.set(
             "pcie_rx_bytes_per_s",

@@ -158,7 +158,9 @@ class Sampler:
 class Watch:
     """An iterable of new samples that another thread can cancel (e.g. when the RPC ends)."""
 
-    def __init__(self, sampler: Sampler, sub: Subscription, alive: threading.Event, poll_s: float = 0.5) -> None:
+    def __init__(
+        self, sampler: Sampler, sub: Subscription, alive: threading.Event, poll_s: float = 0.5
+    ) -> None:
         self._sampler = sampler
         self._sub = sub
         self._alive = alive

@@ -78,7 +78,11 @@ class SimBackend(TelemetryBackend):
             if p.gpu == index and p.start_s <= t and (p.end_s is None or t < p.end_s)
         )
         episode = next(
-            (e for e in self._cfg.throttle_episodes if e.gpu == index and e.start_s <= t < e.start_s + e.duration_s),
+            (
+                e
+                for e in self._cfg.throttle_episodes
+                if e.gpu == index and e.start_s <= t < e.start_s + e.duration_s
+            ),
             None,
         )
         busy = bool(procs)

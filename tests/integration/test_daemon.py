@@ -1,0 +1,190 @@
+"""The real daemon over its real Unix socket, driven by the real gitmctl and a plain gRPC client."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import stat
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.integration.conftest import BIN, Daemon, ctl, ctl_json, free_port
+
+
+def test_status_gpus_and_telemetry_through_the_cli(daemon: Daemon) -> None:
+    st = ctl_json(daemon.socket, "status")
+    assert st["backend"] == "sim" and st["gpu_count"] == 2
+    assert st["socket_path"] == str(daemon.socket)
+    assert st["config"]["telemetry.interval_s"] == "0.2"
+
+    gpus = ctl_json(daemon.socket, "gpus")["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[0]["uuid"] == "GPU-sim-0000-0000"
+
+    latest = ctl_json(daemon.socket, "telemetry")["samples"]
+    assert [s["gpu_index"] for s in latest] == [0, 1]
+    assert latest[0]["processes"][0]["pid"] == 4242
+    assert latest[1]["clock_event_reasons"] == ["hw_thermal_slowdown"]
+
+    time.sleep(1.0)
+    ranged = ctl_json(daemon.socket, "telemetry", "--gpu", "1", "--since", "30s")["samples"]
+    assert len(ranged) >= 4 and {s["gpu_index"] for s in ranged} == {1}
+    stamps = [int(s["ts_unix_ns"]) for s in ranged]
+    assert stamps == sorted(stamps)
+
+    human = ctl(daemon.socket, "telemetry").stdout
+    assert "hw_thermal_slowdown" in human and "pid 4242 train.py" in human
+    assert "Simulated H200" in ctl(daemon.socket, "gpus").stdout
+
+
+def test_watch_streams_new_samples(daemon: Daemon) -> None:
+    proc = subprocess.Popen(
+        [
+            str(BIN / "gitmctl"),
+            "--socket",
+            str(daemon.socket),
+            "telemetry",
+            "--watch",
+            "--gpu",
+            "0",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    proc.terminate()
+    proc.wait(5)
+    import json
+
+    samples = [json.loads(line) for line in lines]
+    assert [s["gpu_index"] for s in samples] == [0, 0, 0]
+    assert len({s["ts_unix_ns"] for s in samples}) == 3
+
+
+def test_bad_input_is_a_clear_error(daemon: Daemon) -> None:
+    r = ctl(daemon.socket, "telemetry", "--gpu", "9", check=False)
+    assert r.returncode == 4 and "no GPU with index 9" in r.stderr
+    r = ctl(daemon.socket, "telemetry", "--watch", "--gpu", "9", check=False)
+    assert r.returncode == 4 and "no GPU with index 9" in r.stderr
+    r = ctl(daemon.socket, "telemetry", "--since", "yesterday", check=False)
+    assert r.returncode == 2 and "not a duration" in r.stderr
+    with grpc.insecure_channel(f"unix:{daemon.socket}") as ch:
+        from gitmd.api.pb import pb, pb_grpc
+
+        stub = pb_grpc.GitmdStub(ch)
+        try:
+            stub.GetTelemetry(pb.GetTelemetryRequest(since_unix_ns=10, until_unix_ns=5), timeout=5)
+            raise AssertionError("must fail")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "must be after" in (e.details() or "")
+
+
+def test_health_and_reflection_answer(daemon: Daemon) -> None:
+    with grpc.insecure_channel(f"unix:{daemon.socket}") as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        for service in ("", "gitm.v1.Gitmd"):
+            resp = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+        answers = list(
+            refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+        )
+        names = {s.name for s in answers[0].list_services_response.service}
+        assert {"gitm.v1.Gitmd", "grpc.health.v1.Health"} <= names
+
+
+def test_socket_mode_is_0660(daemon: Daemon) -> None:
+    assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o660
+    assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o755
+
+
+def test_metrics_exporter(daemon_factory: Any) -> None:
+    port = free_port()
+    d = daemon_factory(port=port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert 'gitm_gpu_sm_clock_mhz{gpu="1"' in text
+    assert 'reason="hw_thermal_slowdown"' in text
+    assert d.stop() == 0
+
+
+def test_sigterm_exits_cleanly_and_state_survives_restart(daemon: Daemon) -> None:
+    time.sleep(0.6)
+    before = ctl_json(daemon.socket, "telemetry", "--since", "1h")["samples"]
+    assert before
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert "gitmd stopped" in daemon.log()
+    assert not daemon.socket.exists()
+    daemon.start()
+    after = ctl_json(daemon.socket, "telemetry", "--since", "1h")["samples"]
+    old = {s["ts_unix_ns"] for s in before}
+    assert old <= {s["ts_unix_ns"] for s in after}, "samples from the first run must still be there"
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_sd_notify_ready_and_stopping(daemon_factory: Any, short_tmp: Path) -> None:
+    addr = short_tmp / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(addr))
+    sock.settimeout(20)
+    d = daemon_factory(env={"NOTIFY_SOCKET": str(addr)})
+    ready = sock.recv(4096).decode()
+    assert ready.startswith("READY=1") and "backend sim" in ready
+    d.proc.send_signal(signal.SIGTERM)
+    assert sock.recv(4096).decode() == "STOPPING=1"
+    assert d.proc.wait(15) == 0
+    sock.close()
+
+
+def test_second_instance_is_refused(daemon: Daemon, daemon_factory: Any) -> None:
+    second = daemon_factory(start=False)
+    second.start(wait=False)
+    assert second.proc is not None
+    assert second.proc.wait(20) == 1
+    assert "another gitmd" in second.log()
+    assert ctl(daemon.socket, "status", check=False).returncode == 0, "the first must be untouched"
+
+
+def test_unwritable_state_dir_is_refused(daemon_factory: Any, short_tmp: Path) -> None:
+    blocker = short_tmp / "blocker"
+    blocker.write_text("a file where a directory should be")
+    d = daemon_factory(start=False, extra_args=["--state-dir", str(blocker / "state")])
+    d.start(wait=False)
+    assert d.proc is not None and d.proc.wait(20) == 1
+    assert "cannot create state directory" in d.log()
+
+
+def test_malformed_config_names_key_and_line(short_tmp: Path) -> None:
+    cfg = short_tmp / "bad.toml"
+    cfg.write_text('[telemetry]\nbackend = "sim"\ninterval_s = "fast"\n')
+    r = subprocess.run(
+        [str(BIN / "gitmd"), "--config", str(cfg), "--prefix", str(short_tmp / "v")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2
+    assert "line 3" in r.stderr and "telemetry.interval_s" in r.stderr
+    assert not (short_tmp / "v").exists(), "bad config must change nothing"
+
+
+def test_gitmctl_without_daemon_says_how_to_start(short_tmp: Path) -> None:
+    r = ctl(short_tmp / "nothing.sock", "status", check=False)
+    assert r.returncode == 3
+    assert "gitmd is not running" in r.stderr and "systemctl start gitmd" in r.stderr
+    # a stale socket file (nobody listening) reads the same
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(short_tmp / "stale.sock"))
+    s.close()
+    r = ctl(short_tmp / "stale.sock", "gpus", check=False)
+    assert r.returncode == 3 and "not running" in r.stderr

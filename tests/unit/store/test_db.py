@@ -1,0 +1,77 @@
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gitmd.errors import StoreError
+from gitmd.store.db import Migration, Store, bundled_migrations
+
+
+def test_bundled_migrations_apply_once(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    s = Store(db)
+    n = len(bundled_migrations())
+    assert s.schema_version() == n
+    assert s.db["telemetry"].exists() and s.db["telemetry_1m"].exists()
+    s.close()
+    s = Store(db)  # second open: nothing re-applied
+    rows = s.conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0]
+    assert rows == n
+    assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert s.integrity_ok()
+    s.close()
+
+
+def test_new_migration_applies_on_top(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    Store(db).close()
+    extra = [
+        *bundled_migrations(),
+        Migration(len(bundled_migrations()) + 1, "extra", "CREATE TABLE extra (x INTEGER);"),
+    ]
+    s = Store(db, extra)
+    assert s.db["extra"].exists()
+    s.close()
+
+
+def test_failed_migration_leaves_previous_version(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    Store(db).close()
+    n = len(bundled_migrations())
+    bad = [
+        *bundled_migrations(),
+        Migration(n + 1, "bad", "CREATE TABLE ok1 (x INTEGER);\nCREATE TABLE broken (;\n"),
+    ]
+    with pytest.raises(StoreError):
+        Store(db, bad)
+    s = Store(db)
+    assert s.schema_version() == n
+    assert not s.db["ok1"].exists(), "a failed migration must roll back completely"
+    s.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    Store(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this gitmd knows"):
+        Store(db)
+
+
+def test_garbage_file_is_a_store_error(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    db.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError):
+        Store(db)
+
+
+def test_transaction_rolls_back_on_error(tmp_path: Path) -> None:
+    s = Store(tmp_path / "g.db")
+    with pytest.raises(RuntimeError), s.transaction() as db:
+        db.execute("INSERT INTO schema_migrations VALUES (500, 'x', 0)")
+        raise RuntimeError("boom")
+    assert s.schema_version() == len(bundled_migrations())
+    s.close()

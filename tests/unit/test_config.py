@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import pytest
+
+from gitmd import config
+from gitmd.errors import ConfigError
+
+
+def parse(text: str) -> config.Config:
+    return config.parse(text, Path("/etc/gitmd/gitmd.toml"))
+
+
+def test_defaults_when_empty() -> None:
+    cfg = parse("")
+    assert cfg.daemon.socket_path == Path("/run/gitmd/gitmd.sock")
+    assert cfg.daemon.db_path == Path("/var/lib/gitmd/gitmd.db")
+    assert cfg.daemon.socket_mode == 0o660
+    assert cfg.telemetry.backend == "auto"
+    assert cfg.telemetry.interval_s == 1.0
+    assert cfg.metrics.port == 9402
+
+
+def test_values_are_read_and_typed() -> None:
+    cfg = parse(
+        '[daemon]\nstate_dir = "/srv/g"\nsocket_mode = "0600"\n'
+        '[telemetry]\nbackend = "sim"\ninterval_s = 2\n'
+        "[sim]\ngpus = 3\nthrottle_episodes = [{ gpu = 1, start_s = 5, duration_s = 2 }]\n"
+    )
+    assert cfg.daemon.state_dir == Path("/srv/g")
+    assert cfg.daemon.socket_mode == 0o600
+    assert cfg.telemetry.interval_s == 2.0
+    assert cfg.sim.gpus == 3
+    assert cfg.sim.throttle_episodes[0].gpu == 1
+    assert cfg.sim.throttle_episodes[0].reason == "sw_power_cap"
+
+
+def test_syntax_error_names_the_line() -> None:
+    with pytest.raises(ConfigError, match=r"line 3"):
+        parse('[daemon]\nstate_dir = "/x"\nsocket = \n')
+
+
+def test_bad_value_names_key_and_line() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse('# comment\n[telemetry]\nbackend = "auto"\ninterval_s = -1\n')
+    assert "telemetry.interval_s" in str(e.value)
+    assert "line 4" in str(e.value)
+    assert "greater than 0" in str(e.value)
+
+
+def test_unknown_key_is_an_error_with_line() -> None:
+    with pytest.raises(ConfigError, match=r"line 2: metrics.prot is not a known setting"):
+        parse("[metrics]\nprot = 9000\n")
+
+
+def test_unknown_section_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"\[telemetri\] is not a known section"):
+        parse("[telemetri]\ninterval_s = 1\n")
+
+
+def test_wrong_types_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"metrics\.port"):
+        parse('[metrics]\nport = "9402"\n')
+    with pytest.raises(ConfigError, match=r"daemon\.socket_mode"):
+        parse("[daemon]\nsocket_mode = 660\n")
+    with pytest.raises(ConfigError, match=r"telemetry\.backend"):
+        parse('[telemetry]\nbackend = "cuda"\n')
+    with pytest.raises(ConfigError, match="interval_s"):
+        parse("[telemetry]\ninterval_s = true\n")
+
+
+def test_sim_items_need_their_required_keys() -> None:
+    with pytest.raises(ConfigError, match=r"throttle_episodes \[0\] lacks duration_s"):
+        parse("[sim]\nthrottle_episodes = [{ gpu = 0, start_s = 1 }]\n")
+    with pytest.raises(ConfigError, match=r"processes\[0\] settings.*|sim.pid|not a known setting"):
+        parse("[sim]\nprocesses = [{ gpu = 0, pid = 1, colour = 2 }]\n")
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        config.load(tmp_path / "nope.toml")
+
+
+def test_relocated_puts_everything_under_prefix(tmp_path: Path) -> None:
+    cfg = parse('[daemon]\nsocket = "/run/x.sock"\n').relocated(tmp_path)
+    assert cfg.daemon.state_dir == tmp_path / "lib"
+    assert cfg.daemon.runtime_dir == tmp_path / "run"
+    assert cfg.daemon.socket_path == tmp_path / "run" / "gitmd.sock"
+
+
+def test_shipped_configs_parse() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for path in (root / "packaging" / "gitmd.toml", root / "tools" / "dev.toml"):
+        config.load(path)

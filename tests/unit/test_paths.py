@@ -1,0 +1,54 @@
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from gitmd.errors import StartupError
+from gitmd.paths import InstanceLock, clear_stale_socket, ensure_dir
+
+
+def test_ensure_dir_creates_with_mode(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "b"
+    ensure_dir(d, 0o750, "state directory")
+    assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o750
+
+
+def test_ensure_dir_refuses_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(StartupError, match="not a directory"):
+        ensure_dir(f, 0o750, "state directory")
+    with pytest.raises(StartupError, match="cannot create"):
+        ensure_dir(f / "sub", 0o750, "state directory")
+
+
+def test_lock_is_exclusive(tmp_path: Path) -> None:
+    a = InstanceLock(tmp_path / "l", "state directory")
+    a.acquire()
+    b = InstanceLock(tmp_path / "l", "state directory")
+    with pytest.raises(StartupError, match=f"another gitmd \\(pid {os.getpid()}\\)"):
+        b.acquire()
+    a.release()
+    b.acquire()
+    b.release()
+
+
+def test_stale_socket_removed_live_one_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(1)
+    with pytest.raises(StartupError, match="already serving"):
+        clear_stale_socket(path)
+    srv.close()  # now nobody listens: the socket file is stale
+    clear_stale_socket(path)
+    assert not path.exists()
+
+
+def test_non_socket_is_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "s.sock"
+    path.write_text("precious")
+    with pytest.raises(StartupError, match="not a socket"):
+        clear_stale_socket(path)
+    assert path.read_text() == "precious"
