@@ -44,8 +44,8 @@ test-integration: build
 	$(PY) -m pytest -q tests/integration
 
 lint: build
-	$(VENV)/bin/ruff check gitmd gitmctl tests tools
-	$(VENV)/bin/ruff format --check gitmd gitmctl tests tools
+	$(VENV)/bin/ruff check gitmd gitmctl tests bench tools
+	$(VENV)/bin/ruff format --check gitmd gitmctl tests bench tools
 	$(VENV)/bin/mypy
 
 fmt: venv

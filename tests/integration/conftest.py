@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+def command(tool: str) -> list[str]:
+    """The installed console script when there is one (the venv), else ``python -m tool`` (GPU host)."""
+    script = BIN / tool
+    return [str(script)] if script.exists() else [sys.executable, "-m", tool]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,7 +51,7 @@ class Daemon:
         log = open(self.log_path, "w")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [
-                str(BIN / "gitmd"),
+                *command("gitmd"),
                 "--prefix",
                 str(self.prefix),
                 "--config",
@@ -86,7 +92,7 @@ def ctl(
     socket_path: Path, *args: str, check: bool = True, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(
-        [str(BIN / "gitmctl"), "--socket", str(socket_path), *args],
+        [*command("gitmctl"), "--socket", str(socket_path), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.integration.conftest import BIN, Daemon, ctl, ctl_json, free_port
+from tests.integration.conftest import Daemon, command, ctl, ctl_json, free_port
 
 
 def test_status_gpus_and_telemetry_through_the_cli(daemon: Daemon) -> None:
@@ -47,7 +47,7 @@ def test_status_gpus_and_telemetry_through_the_cli(daemon: Daemon) -> None:
 def test_watch_streams_new_samples(daemon: Daemon) -> None:
     proc = subprocess.Popen(
         [
-            str(BIN / "gitmctl"),
+            *command("gitmctl"),
             "--socket",
             str(daemon.socket),
             "telemetry",
@@ -168,7 +168,7 @@ def test_malformed_config_names_key_and_line(short_tmp: Path) -> None:
     cfg = short_tmp / "bad.toml"
     cfg.write_text('[telemetry]\nbackend = "sim"\ninterval_s = "fast"\n')
     r = subprocess.run(
-        [str(BIN / "gitmd"), "--config", str(cfg), "--prefix", str(short_tmp / "v")],
+        [*command("gitmd"), "--config", str(cfg), "--prefix", str(short_tmp / "v")],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,0 +1,110 @@
+"""gitmd's own cost while it samples: CPU (% of one core) and RSS, for several backends side by side.
+
+Starts one gitmd per backend at the same time (same interval, metrics on), lets them warm up, then
+measures each process's CPU time (utime+stime from /proc) over the same wall-clock window, and its
+RSS and peak RSS. Prints a markdown table and writes JSON when asked.
+
+    python bench/telemetry_cost.py --backends nvml,sim --duration 60 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def gitmd_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "gitmd"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gitmd"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backends", default="sim", help="comma-separated: nvml, rocm, sim")
+    ap.add_argument("--duration", type=float, default=60.0, help="measured window, seconds")
+    ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--interval", type=float, default=1.0, help="sampling interval, seconds")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="gitmd-cost-"))
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for i, backend in enumerate(args.backends.split(",")):
+        cfg = tmp / f"{backend}.toml"
+        cfg.write_text(
+            f'[telemetry]\nbackend = "{backend}"\ninterval_s = {args.interval}\n[metrics]\nport = {19500 + i}\n'
+        )
+        log = open(tmp / f"{backend}.log", "wb")  # noqa: SIM115
+        procs[backend] = subprocess.Popen(
+            [*gitmd_cmd(), "--config", str(cfg), "--prefix", str(tmp / backend)], stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 30
+        for backend in procs:
+            sock = tmp / backend / "run" / "gitmd.sock"
+            while not sock.exists():
+                if procs[backend].poll() is not None or time.monotonic() > deadline:
+                    print((tmp / f"{backend}.log").read_text(), file=sys.stderr)
+                    raise SystemExit(f"gitmd ({backend}) did not start")
+                time.sleep(0.1)
+        time.sleep(args.warmup)
+        t0 = time.monotonic()
+        c0 = {b: cpu_s(p.pid) for b, p in procs.items()}
+        time.sleep(args.duration)
+        wall = time.monotonic() - t0
+        results = {}
+        for b, p in procs.items():
+            used = cpu_s(p.pid) - c0[b]
+            results[b] = {
+                "cpu_pct_of_one_core": 100.0 * used / wall,
+                "cpu_s": used,
+                "wall_s": wall,
+                "rss_mb": status_kb(p.pid, "VmRSS") / 1024,
+                "peak_rss_mb": status_kb(p.pid, "VmHWM") / 1024,
+                "threads": status_kb(p.pid, "Threads"),
+                "interval_s": args.interval,
+            }
+    finally:
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            p.wait(30)
+    print(
+        f"gitmd cost at one sample every {args.interval:g} s, {args.duration:g} s window after {args.warmup:g} s warm-up"
+    )
+    print("| backend | CPU % of one core | CPU s | RSS MB | peak RSS MB | threads |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for b, r in results.items():
+        print(
+            f"| {b} | {r['cpu_pct_of_one_core']:.2f} | {r['cpu_s']:.2f} | {r['rss_mb']:.1f} | "
+            f"{r['peak_rss_mb']:.1f} | {r['threads']} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything that must run on the GPU host, in one call (device time is scarce):
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, telemetry-cost (default: all)
+# Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
+# generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
+# prints a short table last. Never changes the card's settings.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUTDIR=${1:?usage: tests/gpu/run.sh OUTDIR [PART ...]}
+shift
+PARTS=("$@")
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(tests telemetry-cost)
+mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
+fi
+export PYTHONPATH=/tmp/site:$PWD
+[ -f gitmd/api/_generated/gitm/v1/gitmd_pb2.py ] || { echo "carry gitmd/api/_generated (make proto)"; exit 1; }
+
+{
+  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv,noheader
+  python3 -c 'import sys, torch, pynvml, grpc, google.protobuf as p; print("python", sys.version.split()[0], "torch", torch.__version__, "grpcio", grpc.__version__, "protobuf", p.__version__)'
+  nproc
+} > "$OUTDIR/host.txt" 2>&1
+cat "$OUTDIR/host.txt"
+
+declare -A RESULT
+for part in "${PARTS[@]}"; do
+  case "$part" in
+    tests)
+      GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs tests/gpu 2>&1 | tee "$OUTDIR/pytest-gpu.log"
+      RESULT[$part]=$(tail -1 "$OUTDIR/pytest-gpu.log")
+      ;;
+    telemetry-cost)
+      python3 bench/telemetry_cost.py --backends nvml,sim --duration 70 --json "$OUTDIR/telemetry-cost.json" \
+        2>&1 | tee "$OUTDIR/telemetry-cost.md"
+      RESULT[$part]=$(grep '^| nvml' "$OUTDIR/telemetry-cost.md" || echo "failed")
+      ;;
+    *) echo "unknown part $part"; RESULT[$part]="unknown part" ;;
+  esac
+done
+
+echo
+echo "== summary =="
+for part in "${PARTS[@]}"; do
+  printf '%-16s %s\n' "$part" "${RESULT[$part]}"
+done

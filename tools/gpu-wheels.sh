@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Download, here (where the package index is reachable), the wheels the GPU host lacks into .whl/
+# (ignored by git; name it in the device tool's `carry`). tests/gpu/run.sh installs them there with
+# `pip install --no-index --no-deps --target`. Versions come from constraints.txt so the generated
+# protobuf code matches the protobuf and grpcio runtime it will meet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYVER=${GPU_PYTHON_VERSION:-3.12}
+NEEDED=(grpcio protobuf grpcio-health-checking grpcio-reflection apscheduler tzlocal sqlite-utils sqlite-fts4
+        click-default-group cffi pycparser)
+rm -rf .whl && mkdir -p .whl
+specs=()
+for name in "${NEEDED[@]}"; do
+  pin=$(grep -i "^${name}==" constraints.txt || true)
+  specs+=("${pin:-$name}")
+done
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${specs[@]}"
+ls .whl
+du -sh .whl
