@@ -54,7 +54,8 @@ def main() -> int:
     for i, backend in enumerate(args.backends.split(",")):
         cfg = tmp / f"{backend}.toml"
         cfg.write_text(
-            f'[telemetry]\nbackend = "{backend}"\ninterval_s = {args.interval}\n[metrics]\nport = {19500 + i}\n'
+            f'[telemetry]\nbackend = "{backend}"\ninterval_s = {args.interval}\n'
+            f"[metrics]\nport = {19500 + i}\n"
         )
         log = open(tmp / f"{backend}.log", "wb")  # noqa: SIM115
         procs[backend] = subprocess.Popen(
@@ -92,7 +93,8 @@ def main() -> int:
         for p in procs.values():
             p.wait(30)
     print(
-        f"gitmd cost at one sample every {args.interval:g} s, {args.duration:g} s window after {args.warmup:g} s warm-up"
+        f"gitmd cost at one sample every {args.interval:g} s, "
+        f"{args.duration:g} s window after {args.warmup:g} s warm-up"
     )
     print("| backend | CPU % of one core | CPU s | RSS MB | peak RSS MB | threads |")
     print("| --- | --- | --- | --- | --- | --- |")
