@@ -8,7 +8,8 @@ GEN := gitmd/api/_generated
 PROTO := protos/gitm/v1/gitmd.proto
 GEN_STAMP := $(GEN)/gitm/v1/gitmd_pb2.py
 
-.PHONY: all venv proto build run test test-unit test-integration lint fmt deb gpu-wheels clean
+
+.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels clean
 
 all: build
 
@@ -29,13 +30,16 @@ $(GEN_STAMP): $(PROTO) $(STAMP)
 
 proto: $(GEN_STAMP)
 
-build: venv proto
+shim:
+	$(MAKE) -C shim all
+
+build: venv proto shim
 
 run: build
 	bash tools/run-dev.sh
 
 test: build
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration tests/shim
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit
@@ -61,3 +65,4 @@ gpu-wheels: build
 
 clean:
 	rm -rf $(VENV) $(GEN) build dist *.egg-info var .pytest_cache
+	$(MAKE) -C shim clean

@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     from gitmctl.client import Client, ClientError, default_socket
 
     socket_path = getattr(args, "socket", None) or default_socket()
+    if args.verb == "run":  # runs the command even when gitmd is unreachable
+        from gitmctl.commands import run
+
+        return run.run_command(args, socket_path, getattr(args, "timeout", 10.0))
     try:
         client = Client(socket_path, timeout_s=getattr(args, "timeout", 10.0))
         try:

@@ -54,6 +54,19 @@ class MetricsConfig:
     address: str = "127.0.0.1"
 
 
+CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    shim_path: Path | None = None  # None: the installed or built shim, found automatically
+    window_every_s: float = 30.0  # duty cycle: one window this often per running job (0: only on demand)
+    window_duration_s: float = 2.0
+    ring_records: int = 1 << 16  # per process, 64 bytes each
+    flush_interval_ms: int = 250
+    kinds: tuple[str, ...] = CAPTURE_KINDS
+
+
 @dataclass(frozen=True)
 class ThrottleEpisode:
     gpu: int
@@ -88,13 +101,14 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     source: Path | None = None  # the file it came from, None for built-in defaults
 
     def summary(self) -> dict[str, str]:
         """Flattened "section.key" -> value, for GetStatus and logs."""
         out: dict[str, str] = {}
-        for section in ("daemon", "telemetry", "metrics"):
+        for section in ("daemon", "telemetry", "metrics", "capture"):
             for f in dataclasses.fields(getattr(self, section)):
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
@@ -166,6 +180,12 @@ def _mode(v: Any) -> int:
     raise ValueError('must be an octal mode string such as "0660"')
 
 
+def _kinds(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not v or any(k not in CAPTURE_KINDS for k in v):
+        raise ValueError(f"must be a non-empty list drawn from {', '.join(CAPTURE_KINDS)}")
+    return tuple(v)
+
+
 _SCHEMA: dict[str, dict[str, Checker]] = {
     "daemon": {
         "runtime_dir": _path,
@@ -183,6 +203,14 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "retention_interval_s": _positive_float,
     },
     "metrics": {"port": _int_range(0, 65535), "address": _string},
+    "capture": {
+        "shim_path": _path,
+        "window_every_s": _nonneg_float,
+        "window_duration_s": _positive_float,
+        "ring_records": _int_range(64, 1 << 24),
+        "flush_interval_ms": _int_range(10, 60_000),
+        "kinds": _kinds,
+    },
     "sim": {
         "gpus": _int_range(0, 64),
         "seed": _int_range(0, 2**31 - 1),
@@ -301,6 +329,7 @@ def parse(text: str, path: Path) -> Config:
         daemon=DaemonConfig(**sections["daemon"]),
         telemetry=TelemetryConfig(**sections["telemetry"]),
         metrics=MetricsConfig(**sections["metrics"]),
+        capture=CaptureConfig(**sections["capture"]),
         sim=SimConfig(**sim),
         source=path,
     )

@@ -17,8 +17,11 @@ from types import FrameType
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitmd import __version__, sdnotify
+from gitmd.capture import abi as capture_abi
+from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
 from gitmd.errors import GitmdError
+from gitmd.jobs.registry import JobRegistry
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
 from gitmd.store.telemetry import TelemetryStore
@@ -29,6 +32,8 @@ from gitmd.telemetry.sampler import RETENTION_JOB_ID, Sampler
 from gitmd.telemetry.sim import SimBackend
 
 log = logging.getLogger(__name__)
+
+DUTY_JOB_ID = "capture.duty_cycle"
 
 
 def backend_factories(config: Config) -> dict[str, Callable[[], TelemetryBackend]]:
@@ -97,7 +102,13 @@ class Daemon:
             scheduler.start()
             self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))
 
-            self.service = Service(cfg, backend, sampler, telemetry_store)
+            capture = self._capture_manager()
+            jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
+            self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture)
+            if capture is not None and cfg.capture.window_every_s > 0:
+                scheduler.add_job(
+                    self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID
+                )
             self._on_stop("watchers", self.service.shutdown)
             api = ApiServer(self.service, d.socket_path, d.socket_mode, d.socket_group)
             api.start()
@@ -114,6 +125,15 @@ class Daemon:
             f"READY=1\nSTATUS=serving on {d.socket_path}, backend {backend.name}, {len(gpus)} GPU(s)"
         )
         log.info("gitmd %s ready (config: %s)", __version__, cfg.source or "built-in defaults")
+
+    def _capture_manager(self) -> CaptureManager | None:
+        try:
+            abi = capture_abi.load()
+        except (OSError, ValueError) as e:
+            log.error("capture is off: the shim ABI header cannot be read (%s)", e)
+            return None
+        c = self.config.capture
+        return CaptureManager(abi, c.kinds, c.flush_interval_ms)
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:
         t = self.config.telemetry

@@ -5,19 +5,34 @@ The servicer converts messages and calls these; tests and other transports can c
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from gitmd import __version__
+from gitmd.analysis import timeline as timeline_mod
+from gitmd.analysis.trace_export import dumps, to_chrome_trace
+from gitmd.capture.ring import RingStatus
+from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
-from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.registry import Job, JobRegistry
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
 from gitmd.telemetry.sampler import Sampler, Watch
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TELEMETRY_LIMIT = 10_000
+MAX_TRACE_S = 300.0
+TRACE_CHUNK = 1 << 20
 MAX_TELEMETRY_LIMIT = 1_000_000
 
 
@@ -44,14 +59,36 @@ class TelemetryPage:
     truncated: bool
 
 
+@dataclass(frozen=True)
+class JobView:
+    job: Job
+    processes: list[tuple[RingStatus, bool]]  # shim status of each process, alive or not
+    windows: int
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    chunks: Iterator[bytes]
+    summary: dict[str, Any]
+
+
 class Service:
     def __init__(
-        self, config: Config, backend: TelemetryBackend, sampler: Sampler, telemetry: TelemetryStore
+        self,
+        config: Config,
+        backend: TelemetryBackend,
+        sampler: Sampler,
+        telemetry: TelemetryStore,
+        jobs: JobRegistry,
+        capture: CaptureManager | None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.sampler = sampler
         self.telemetry_store = telemetry
+        self.jobs = jobs
+        self.capture = capture
+        self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self.started_at_ns = time.time_ns()
         self._started_mono = time.monotonic()
         self._gpus = backend.gpus()
@@ -103,6 +140,106 @@ class Service:
         self._check_gpu(gpu_index)
         return self.sampler.watch(gpu_index, self.alive)
 
+    # -- jobs --------------------------------------------------------------------------------
+    def register_job(
+        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool
+    ) -> tuple[JobView, LaunchPlan]:
+        want_capture = capture and self.capture is not None
+        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture)
+        if capture and self.capture is None:
+            plan = LaunchPlan(
+                plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False
+            )
+        if plan.capture and self.capture is not None:
+            self.capture.track(job.id, Path(job.runtime_dir))
+        for w in plan.warnings:
+            log.warning("job %s (%s): %s", job.id, job.name, w)
+        return self._view(job), plan
+
+    def _view(self, job: Job) -> JobView:
+        procs = self.capture.processes(job.id) if self.capture is not None else []
+        jc = self.capture.get(job.id) if self.capture is not None else None
+        if procs and job.state == "registered":
+            self.jobs.set_state(job.id, "running")
+            job = self.jobs.get(job.id)
+        return JobView(job, procs, jc.windows if jc else 0)
+
+    def get_job(self, id_or_name: str) -> JobView:
+        if not id_or_name:
+            raise InvalidArgumentError("a job id or name is required")
+        return self._view(self.jobs.get(id_or_name))
+
+    def list_jobs(self, include_exited: bool) -> list[JobView]:
+        return [self._view(j) for j in self.jobs.list(include_exited)]
+
+    def report_exit(self, job_id: str, exit_code: int) -> JobView:
+        if self.capture is not None:
+            self.capture.untrack(job_id)
+        return JobView(self.jobs.exited(job_id, exit_code), [], 0)
+
+    # -- capture -------------------------------------------------------------------------------
+    def trace_job(self, id_or_name: str, duration_s: float) -> TraceResult:
+        if not 0 <= duration_s <= MAX_TRACE_S:
+            raise InvalidArgumentError(f"duration must be 0..{MAX_TRACE_S:g} s")
+        job = self.get_job(id_or_name).job
+        if self.capture is None or not job.capture:
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) runs without the shim: nothing to trace")
+        if job.state == "exited":
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) has exited")
+        if self.capture.get(job.id) is None:
+            raise GitmdError(f"job {job.id} is not tracked by capture (was gitmd restarted?)")
+        window = self.capture.capture(job.id, duration_s or self.config.capture.window_duration_s)
+        tl = timeline_mod.build(window)
+        samples, _ = self.telemetry_store.query(
+            None, tl.start_real_ns - 10**9, tl.end_real_ns + 10**9, 100_000
+        )
+        data = dumps(to_chrome_trace(tl, samples))
+        summary = {
+            "job_id": job.id,
+            "window_id": tl.window_id,
+            "processes": len(tl.processes),
+            "kernels": tl.count("kernels"),
+            "memcpys": tl.count("memcpys"),
+            "memsets": tl.count("memsets"),
+            "syncs": tl.count("syncs"),
+            "memory_ops": tl.count("memory"),
+            "ring_drops": sum(p.ring_drops for p in tl.processes),
+            "cupti_drops": sum(p.cupti_drops for p in tl.processes),
+            "window_s": (tl.end_real_ns - tl.start_real_ns) / 1e9,
+            "notes": tl.notes,
+        }
+        return TraceResult((data[i : i + TRACE_CHUNK] for i in range(0, len(data), TRACE_CHUNK)), summary)
+
+    def duty_cycle(self) -> None:
+        """One window for every tracked job that has a live process and no window open now."""
+        if self.capture is None:
+            return
+        for job_id in self.capture.job_ids():
+            jc = self.capture.get(job_id)
+            if jc is None or jc.lock.locked():
+                continue
+            if not any(alive for _, alive in self.capture.processes(job_id)):
+                continue
+            self._duty_pool.submit(self._duty_window, job_id)
+
+    def _duty_window(self, job_id: str) -> None:
+        assert self.capture is not None
+        try:
+            w = self.capture.capture(job_id, self.config.capture.window_duration_s)
+            log.debug(
+                "window %d of job %s: %d records",
+                w.window_id,
+                job_id,
+                sum(p.records.count for p in w.processes),
+            )
+        except KeyError:
+            pass  # the job exited meanwhile
+        except Exception:
+            log.exception("capture window of job %s failed", job_id)
+
     def shutdown(self) -> None:
         self.alive.clear()
         self.sampler.close_all()
+        self._duty_pool.shutdown(wait=False, cancel_futures=True)
+        if self.capture is not None:
+            self.capture.close_all_windows()

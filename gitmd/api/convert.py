@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gitmd.api.pb import pb
-from gitmd.service import Status
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.service import JobView, Status
 from gitmd.telemetry.backend import GpuInfo, GpuSample
 
 _OPTIONAL_SAMPLE_FIELDS = (
@@ -79,3 +80,39 @@ def sample_to_pb(s: GpuSample) -> Any:
     for e in s.errors:
         msg.errors.add(field=e.field, message=e.message)
     return msg
+
+
+def job_to_pb(view: JobView) -> Any:
+    j = view.job
+    msg = pb.Job(
+        id=j.id,
+        name=j.name,
+        command=list(j.command),
+        cwd=j.cwd,
+        uid=j.uid,
+        state=j.state,
+        created_unix_ns=j.created_ns,
+        ended_unix_ns=j.ended_ns or 0,
+        runtime_dir=j.runtime_dir,
+        capture=j.capture,
+        windows=view.windows,
+    )
+    if j.exit_code is not None:
+        msg.exit_code = j.exit_code
+    for status, alive in view.processes:
+        msg.processes.add(
+            pid=status.pid,
+            start_time_ticks=status.start_time_ticks,
+            status=status.status,
+            reason=status.reason,
+            records_written=status.records_written,
+            ring_drops=status.ring_drops,
+            cupti_drops=status.cupti_drops,
+            missing_timestamps=status.missing_timestamps,
+            alive=alive,
+        )
+    return msg
+
+
+def plan_to_pb(plan: LaunchPlan) -> Any:
+    return pb.LaunchPlan(env=plan.env, warnings=list(plan.warnings), capture=plan.capture)

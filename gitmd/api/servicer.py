@@ -91,3 +91,31 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         context.add_callback(watch.cancel)
         for sample in watch:
             yield convert.sample_to_pb(sample)
+
+    @_errors
+    def RegisterJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        view, plan = self.svc.register_job(
+            request.name, list(request.command), request.cwd, request.uid, request.gid, request.capture
+        )
+        return pb.RegisterJobResponse(
+            job_id=view.job.id, plan=convert.plan_to_pb(plan), job=convert.job_to_pb(view)
+        )
+
+    @_errors
+    def ReportJobExit(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.job_to_pb(self.svc.report_exit(request.job_id, request.exit_code))
+
+    @_errors
+    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.ListJobsResponse(jobs=[convert.job_to_pb(v) for v in self.svc.list_jobs(request.all)])
+
+    @_errors
+    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.job_to_pb(self.svc.get_job(request.job_id))
+
+    @_stream_errors
+    def TraceJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        result = self.svc.trace_job(request.job_id, request.duration_s)
+        for chunk in result.chunks:
+            yield pb.TraceChunk(data=chunk)
+        yield pb.TraceChunk(summary=pb.TraceSummary(**result.summary))

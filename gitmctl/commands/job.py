@@ -1,0 +1,53 @@
+"""`gitmctl job ID`: one job in detail."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from gitmctl import render
+from gitmctl.client import Client, pb
+
+NAME = "job"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="one job in detail")
+    p.add_argument("job", help="job id or name")
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    j = client.call(client.stub.GetJob, pb.GetJobRequest(job_id=args.job))
+    if args.json:
+        render.print_json(j)
+        return 0
+    render.table(
+        ("", ""),
+        [
+            ("id", j.id),
+            ("name", j.name),
+            ("state", j.state + (f", exit {j.exit_code}" if j.HasField("exit_code") else "")),
+            ("command", shlex.join(j.command)),
+            ("cwd", j.cwd or "-"),
+            ("uid", str(j.uid)),
+            ("capture", ("on, " + j.runtime_dir) if j.capture else "off"),
+            ("windows", str(j.windows)),
+        ],
+    )
+    if j.processes:
+        print()
+        render.table(
+            ("PID", "ALIVE", "SHIM", "RECORDS", "DROPS RING/CUPTI", "REASON"),
+            [
+                (
+                    str(p.pid),
+                    "yes" if p.alive else "no",
+                    p.status,
+                    str(p.records_written),
+                    f"{p.ring_drops}/{p.cupti_drops}",
+                    p.reason,
+                )
+                for p in j.processes
+            ],
+        )
+    return 0

@@ -1,0 +1,38 @@
+"""`gitmctl jobs` and `gitmctl job ID`: registered jobs, their processes and what the shim says."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from gitmctl import render
+from gitmctl.client import Client, pb
+
+NAME = "jobs"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="list jobs (running; --all for every job)")
+    p.add_argument("--all", action="store_true", help="include jobs that have exited")
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    resp = client.call(client.stub.ListJobs, pb.ListJobsRequest(all=args.all))
+    if args.json:
+        render.print_json(resp)
+        return 0
+    rows = [
+        (
+            j.id,
+            j.name,
+            j.state + (f" ({j.exit_code})" if j.HasField("exit_code") else ""),
+            str(sum(p.alive for p in j.processes)),
+            "on" if j.capture else "off",
+            str(j.windows),
+            render.clock_h(j.created_unix_ns),
+            shlex.join(j.command)[:60],
+        )
+        for j in resp.jobs
+    ]
+    render.table(("ID", "NAME", "STATE", "PROCS", "CAPTURE", "WINDOWS", "CREATED", "COMMAND"), rows)
+    return 0

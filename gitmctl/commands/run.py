@@ -1,0 +1,100 @@
+"""`gitmctl run [--name N] -- CMD ARGS`: register with gitmd, run CMD with the launch plan's
+environment, pass stdin/stdout/stderr through, and exit with CMD's status.
+
+If gitmd cannot be reached the command runs exactly as it would without gitmd (a note on stderr).
+SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to CMD; SIGINT and SIGQUIT from the terminal
+reach CMD directly (same process group), so gitmctl ignores them and waits for CMD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from gitmctl.client import Client, ClientError, pb
+
+NAME = "run"
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="run a command as a gitmd job (captured by the shim)")
+    p.add_argument("--name", default="", help="job name (default: the command's basename)")
+    p.add_argument("--no-capture", action="store_true", help="register without injecting the shim")
+    p.add_argument("-v", "--verbose", action="store_true", help="say the job id and plan on stderr")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+
+def _note(msg: str) -> None:
+    print(f"gitmctl run: {msg}", file=sys.stderr, flush=True)
+
+
+def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("gitmctl run: no command given (usage: gitmctl run [--name N] -- CMD ARGS)", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    client: Client | None = None
+    job_id = ""
+    try:
+        client = Client(socket_path, timeout_s=timeout_s)
+        resp = client.call(
+            client.stub.RegisterJob,
+            pb.RegisterJobRequest(
+                name=args.name,
+                command=command,
+                cwd=os.getcwd(),
+                uid=os.getuid(),
+                gid=os.getgid(),
+                capture=not args.no_capture,
+            ),
+        )
+        job_id = resp.job_id
+        env.update(resp.plan.env)
+        for w in resp.plan.warnings:
+            _note(w)
+        if args.verbose:
+            _note(f"job {job_id} ({resp.job.name}), capture {'on' if resp.plan.capture else 'off'}")
+    except ClientError as e:
+        _note(f"{str(e).splitlines()[0]}; running the command untraced")
+        client = None
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as e:
+        print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        _report(client, job_id, code, args.verbose)
+        return code
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    status = child.wait()
+    _report(client, job_id, status, args.verbose)
+    return 128 - status if status < 0 else status
+
+
+def _report(client: Client | None, job_id: str, status: int, verbose: bool) -> None:
+    if client is None or not job_id:
+        return
+    try:
+        client.call(client.stub.ReportJobExit, pb.ReportJobExitRequest(job_id=job_id, exit_code=status))
+    except ClientError as e:
+        if verbose:
+            _note(f"could not report the exit to gitmd: {e}")
+    finally:
+        client.close()

@@ -1,0 +1,1 @@
+"""Analysis: pure functions over numpy arrays (timelines, steps, fingerprints, attribution)."""

@@ -1,0 +1,117 @@
+"""Decoding drained records into per-type numpy arrays; names reassembled and demangled once each.
+
+Everything is vectorised: one boolean mask per record type and a zero-copy dtype view for its
+payload. Only NAME records (one per distinct kernel name) are handled one by one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gitmd.capture.abi import Abi, load
+
+
+@dataclass
+class Decoded:
+    kernels: np.ndarray
+    memcpys: np.ndarray
+    memsets: np.ndarray
+    syncs: np.ndarray
+    memory: np.ndarray
+    clocks: np.ndarray
+    windows: np.ndarray
+    payloads: np.ndarray
+    names: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(len(a) for a in (self.kernels, self.memcpys, self.memsets, self.syncs, self.memory))
+
+
+class NameTable:
+    """Interned kernel names of one process: chunks reassembled across drains, demangled once."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self._partial: dict[int, dict[int, bytes]] = {}
+
+    def feed(self, recs: np.ndarray) -> None:
+        # bytes 16..63 of a NAME record hold a 48-byte chunk of the name
+        text = recs.view(np.uint8).reshape(-1, 64)[:, 16:64]
+        for i in range(len(recs)):
+            name_id = int(recs["correlation_id"][i])
+            parts = self._partial.setdefault(name_id, {})
+            parts[int(recs["device"][i])] = bytes(text[i]).rstrip(b"\0")
+            if recs["flags"][i] & 1:
+                raw = b"".join(parts[k] for k in sorted(parts))
+                self.names[name_id] = demangle(raw.decode("utf-8", "replace"))
+                del self._partial[name_id]
+
+
+def decode(raw: np.ndarray, abi: Abi | None = None, names: NameTable | None = None) -> Decoded:
+    """Split ``raw`` (records as drained) by type; ``names`` carries one process's names across drains."""
+    a = abi or load()
+    types = raw["type"]
+    names = NameTable() if names is None else names
+
+    def of(const: str) -> np.ndarray:
+        code = a.const(const)
+        return np.ascontiguousarray(raw[types == code]).view(a.payloads[code])
+
+    name_recs = raw[types == a.const("GITM_REC_NAME")]
+    if len(name_recs):
+        names.feed(name_recs)
+    return Decoded(
+        kernels=of("GITM_REC_KERNEL"),
+        memcpys=of("GITM_REC_MEMCPY"),
+        memsets=of("GITM_REC_MEMSET"),
+        syncs=of("GITM_REC_SYNC"),
+        memory=of("GITM_REC_MEMORY"),
+        clocks=of("GITM_REC_CLOCK"),
+        windows=of("GITM_REC_WINDOW"),
+        payloads=of("GITM_REC_PAYLOAD"),
+        names=names.names,
+    )
+
+
+@functools.cache
+def _cxa_demangle() -> Any:
+    lib = ctypes.util.find_library("stdc++")
+    if not lib:
+        return None
+    try:
+        fn = ctypes.CDLL(lib).__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_int),
+    ]
+    return fn
+
+
+@functools.lru_cache(maxsize=65536)
+def demangle(name: str) -> str:
+    """C++ names demangled through libstdc++'s __cxa_demangle; anything else unchanged."""
+    if not name.startswith("_Z"):
+        return name
+    fn = _cxa_demangle()
+    if fn is None:
+        return name
+    status = ctypes.c_int(0)
+    ptr = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not ptr:
+        return name
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))

@@ -1,0 +1,216 @@
+"""Reading a shim's ring file as hostile input, and writing its control page.
+
+Every size and offset in the header is checked against the file before anything is mapped as
+records; the file is opened with O_NOFOLLOW and must be a regular file. Draining copies the
+contiguous published slots from ``tail`` in one vectorised gather, then advances ``tail``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gitmd.capture.abi import Abi, load
+
+MAX_RING_FILE_BYTES = 1 << 31  # 2 GiB: the shim caps capacity at 2^24 records (1 GiB)
+STATUS_NAMES = {0: "init", 1: "idle", 2: "capturing", 3: "stepped_aside", 4: "off"}
+
+
+class RingError(Exception):
+    """The file is not a valid ring: the message says what is wrong. Log it and skip the file."""
+
+
+class RingNotReady(RingError):
+    """The shim is still creating the file (no magic yet); try again later."""
+
+
+@dataclass(frozen=True)
+class RingStatus:
+    pid: int
+    start_time_ticks: int
+    status: str
+    reason: str
+    window_id: int
+    records_written: int
+    ring_drops: int
+    cupti_drops: int
+    missing_timestamps: int
+    buffers_completed: int
+    windows_opened: int
+    cupti_version: int
+    capacity: int
+    pending: int
+
+
+class Ring:
+    """One mapped ring file; ``drain`` for records, the control methods for windows and knobs."""
+
+    def __init__(self, path: Path | str, abi: Abi | None = None) -> None:
+        self.path = Path(path)
+        self.abi = abi or load()
+        a = self.abi
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:
+            raise RingError(f"{self.path}: cannot open: {e.strerror}") from e
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RingError(f"{self.path}: not a regular file")
+            size = st.st_size
+            if size < 2 * a.page_size:
+                raise RingError(f"{self.path}: truncated ({size} bytes, less than two pages)")
+            if size > MAX_RING_FILE_BYTES:
+                raise RingError(f"{self.path}: absurd size {size} bytes")
+            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.size = size
+        self.hdr: Any = np.frombuffer(self._mm, dtype=a.header, count=1, offset=0)[0]
+        self.ctl: Any = np.frombuffer(self._mm, dtype=a.control, count=1, offset=a.page_size)[0]
+        self._validate()
+        cap = int(self.hdr["capacity"])
+        self.capacity = cap
+        self.mask = cap - 1
+        self.records = np.frombuffer(
+            self._mm, dtype=a.record, count=cap, offset=int(self.hdr["records_offset"])
+        )
+        self._seq = self.records["seq"]
+        self.pid = int(self.hdr["pid"])
+        self.start_time_ticks = int(self.hdr["start_time_ticks"])
+
+    def _validate(self) -> None:
+        a, h = self.abi, self.hdr
+        magic = int(h["magic"])
+        if magic == 0:
+            raise RingNotReady(f"{self.path}: not initialised yet")
+        if magic != a.const("GITM_RING_MAGIC"):
+            raise RingError(f"{self.path}: wrong magic {magic:#x}")
+        if int(h["abi_version"]) != a.version:
+            raise RingError(
+                f"{self.path}: shim ABI version {int(h['abi_version'])}, this gitmd speaks {a.version}: "
+                "the shim and gitmd come from different builds"
+            )
+        if int(h["record_size"]) != a.record_size:
+            raise RingError(f"{self.path}: record size {int(h['record_size'])}, expected {a.record_size}")
+        cap = int(h["capacity"])
+        if cap < 1 or cap & (cap - 1) or cap > (1 << 26):
+            raise RingError(f"{self.path}: capacity {cap} is not a sane power of two")
+        off = int(h["records_offset"])
+        if off != 2 * a.page_size:
+            raise RingError(f"{self.path}: records offset {off}, expected {2 * a.page_size}")
+        if int(h["file_size"]) != self.size or off + cap * a.record_size != self.size:
+            raise RingError(f"{self.path}: header says {int(h['file_size'])} bytes, file has {self.size}")
+        if int(self.ctl["magic"]) != a.const("GITM_CONTROL_MAGIC"):
+            raise RingError(f"{self.path}: control page has the wrong magic")
+
+    def close(self) -> None:
+        self.hdr = self.ctl = None
+        self.records = self._seq = None  # type: ignore[assignment]
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a view still alive elsewhere; the mapping goes when it does
+
+    # -- reading -----------------------------------------------------------------------------
+    def pending(self) -> int:
+        head, tail = int(self.hdr["head"]), int(self.hdr["tail"])
+        return max(0, min(head - tail, self.capacity))
+
+    def drain(self, max_records: int | None = None) -> np.ndarray:
+        """Copy the published records from tail on (in order) and advance tail past them."""
+        tail = int(self.hdr["tail"])
+        head = int(self.hdr["head"])
+        n = head - tail
+        if n <= 0:
+            return np.empty(0, dtype=self.abi.record)
+        n = min(n, self.capacity, max_records or self.capacity)
+        positions = np.arange(tail, tail + n, dtype=np.uint64)
+        idx = (positions & np.uint64(self.mask)).astype(np.intp)
+        published = self._seq[idx] == positions + np.uint64(1)
+        if not published.all():
+            n = int(np.argmin(published))  # stop at the first slot still being written
+            idx = idx[:n]
+        out = self.records[idx]  # fancy indexing: one copy
+        self.hdr["tail"] = tail + n
+        return out
+
+    def status(self) -> RingStatus:
+        h = self.hdr
+        return RingStatus(
+            pid=int(h["pid"]),
+            start_time_ticks=int(h["start_time_ticks"]),
+            status=STATUS_NAMES.get(int(h["status"]), f"unknown({int(h['status'])})"),
+            reason=bytes(h["status_reason"]).split(b"\0", 1)[0].decode("utf-8", "replace"),
+            window_id=int(h["window_id"]),
+            records_written=int(h["records_written"]),
+            ring_drops=int(h["ring_drops"]),
+            cupti_drops=int(h["cupti_drops"]),
+            missing_timestamps=int(h["missing_timestamps"]),
+            buffers_completed=int(h["buffers_completed"]),
+            windows_opened=int(h["windows_opened"]),
+            cupti_version=int(h["cupti_version"]),
+            capacity=self.capacity,
+            pending=self.pending(),
+        )
+
+    def clock_pairs(self) -> np.ndarray:
+        count = min(int(self.hdr["clock_pair_count"]), len(self.hdr["clock_pairs"]))
+        pairs = np.array(self.hdr["clock_pairs"][:count])
+        return pairs[pairs["cupti_ns"] > 0]
+
+    # -- control -----------------------------------------------------------------------------
+    def open_window(
+        self,
+        window_id: int,
+        kinds_mask: int,
+        flush_interval_ms: int = 250,
+        heartbeat_timeout_ms: int = 10_000,
+    ) -> int:
+        c = self.ctl
+        c["window_id"] = window_id
+        c["kinds_mask"] = kinds_mask
+        c["flush_interval_ms"] = flush_interval_ms
+        c["heartbeat_timeout_ms"] = heartbeat_timeout_ms
+        c["heartbeat_mono_ns"] = time.monotonic_ns()
+        c["window_open"] = 1
+        seq = (int(c["window_seq"]) + 1) & 0xFFFFFFFF
+        c["window_seq"] = seq  # last: the shim acts on a new sequence number
+        return seq
+
+    def close_window(self) -> int:
+        c = self.ctl
+        c["window_open"] = 0
+        seq = (int(c["window_seq"]) + 1) & 0xFFFFFFFF
+        c["window_seq"] = seq
+        return seq
+
+    def heartbeat(self) -> None:
+        self.ctl["heartbeat_mono_ns"] = time.monotonic_ns()
+
+    def acked(self, seq: int) -> bool:
+        return int(self.ctl["window_ack"]) == seq
+
+    def knob(self, op: int, args: tuple[int, ...] = (), timeout_s: float = 2.0) -> tuple[int, list[int]]:
+        """Send a knob command; (result, outputs) once the shim acknowledges; TimeoutError if not."""
+        c = self.ctl
+        for i in range(4):
+            c["knob_args"][i] = args[i] if i < len(args) else 0
+        c["knob_op"] = op
+        seq = (int(c["knob_seq"]) + 1) & 0xFFFFFFFF
+        c["knob_seq"] = seq
+        deadline = time.monotonic() + timeout_s
+        while int(c["knob_ack"]) != seq:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{self.path}: the shim did not acknowledge knob {op} within {timeout_s} s"
+                )
+            time.sleep(0.005)
+        return int(c["knob_result"]), [int(v) for v in c["knob_out"]]

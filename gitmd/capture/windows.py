@@ -1,0 +1,234 @@
+"""Capture windows: discover each job's rings, open a window on all of them, close it, drain.
+
+One window per job at a time (a per-job lock). Between windows CUPTI activity is off in every
+shim, so cost is near zero; the duty cycle (APScheduler) opens one short window per running job
+every ``window_every_s``, and ``gitmctl trace`` opens one on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gitmd.capture.abi import Abi
+from gitmd.capture.decode import Decoded, NameTable, decode
+from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
+
+log = logging.getLogger(__name__)
+
+KIND_BITS = {"kernel": 1, "memcpy": 2, "memset": 4, "sync": 8, "memory": 16}
+
+
+def process_alive(pid: int, start_ticks: int) -> bool:
+    """The process that created a ring is still the one running under that pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19]) == start_ticks
+    except (IndexError, ValueError):
+        return False
+
+
+@dataclass
+class ProcessCapture:
+    ring: Ring
+    names: NameTable = field(default_factory=NameTable)
+
+    @property
+    def alive(self) -> bool:
+        return process_alive(self.ring.pid, self.ring.start_time_ticks)
+
+
+@dataclass(frozen=True)
+class ProcessWindow:
+    pid: int
+    status: RingStatus
+    records: Decoded
+    clock_pairs: np.ndarray  # header pairs + CLOCK records: (cupti_ns, mono_ns, real_ns)
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    job_id: str
+    window_id: int
+    start_real_ns: int
+    end_real_ns: int
+    processes: list[ProcessWindow]
+    notes: list[str]
+
+
+@dataclass
+class JobCapture:
+    job_id: str
+    directory: Path
+    procs: dict[str, ProcessCapture] = field(default_factory=dict)
+    bad: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    windows: int = 0
+    last: WindowResult | None = None
+
+
+class CaptureManager:
+    def __init__(self, abi: Abi, kinds: tuple[str, ...], flush_interval_ms: int) -> None:
+        self.abi = abi
+        self.kinds_mask = sum(KIND_BITS[k] for k in kinds)
+        self.flush_interval_ms = flush_interval_ms
+        self._jobs: dict[str, JobCapture] = {}
+        self._lock = threading.Lock()
+        self._next_window = 1
+        self._open: set[str] = set()
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def track(self, job_id: str, directory: Path) -> None:
+        with self._lock:
+            self._jobs.setdefault(job_id, JobCapture(job_id, directory))
+
+    def untrack(self, job_id: str) -> None:
+        with self._lock:
+            jc = self._jobs.pop(job_id, None)
+        if jc is None:
+            return
+        with jc.lock:
+            for pc in jc.procs.values():
+                pc.ring.close()
+
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+    def get(self, job_id: str) -> JobCapture | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def discover(self, jc: JobCapture) -> None:
+        """Map ring files that appeared since last time; bad files are logged once and skipped."""
+        try:
+            entries = list(os.scandir(jc.directory))
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name
+            if (
+                not (name.startswith("ring-") and name.endswith(".gitm"))
+                or name in jc.procs
+                or name in jc.bad
+            ):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                jc.bad.add(name)
+                log.warning("capture: %s is not a regular file; ignored", entry.path)
+                continue
+            try:
+                jc.procs[name] = ProcessCapture(Ring(entry.path, self.abi))
+            except RingNotReady:
+                continue
+            except RingError as e:
+                jc.bad.add(name)
+                log.warning("capture: ignoring %s", e)
+
+    def processes(self, job_id: str) -> list[tuple[RingStatus, bool]]:
+        jc = self.get(job_id)
+        if jc is None:
+            return []
+        with jc.lock:
+            self.discover(jc)
+            return [(pc.ring.status(), pc.alive) for pc in jc.procs.values()]
+
+    # -- windows -------------------------------------------------------------------------------
+    def capture(self, job_id: str, duration_s: float, ack_timeout_s: float = 3.0) -> WindowResult:
+        jc = self.get(job_id)
+        if jc is None:
+            raise KeyError(job_id)
+        with jc.lock:
+            with self._lock:
+                window_id = self._next_window
+                self._next_window += 1
+            self.discover(jc)
+            notes: list[str] = []
+            for pc in jc.procs.values():
+                pc.ring.drain()  # anything left from before is not this window's
+            live = {n: pc for n, pc in jc.procs.items() if pc.alive}
+            start_real = time.time_ns()
+            seqs = {
+                n: pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+                for n, pc in live.items()
+            }
+            self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
+            deadline = time.monotonic() + duration_s
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, 0.5))
+                for pc in live.values():
+                    pc.ring.heartbeat()
+                self.discover(jc)  # processes started during the window join it
+                for n, pc in jc.procs.items():
+                    if n not in live and pc.alive:
+                        live[n] = pc
+                        seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+            seqs = {n: pc.ring.close_window() for n, pc in live.items()}
+            self._wait_acks(live, seqs, ack_timeout_s, notes, "close")
+            end_real = time.time_ns()
+            procs = []
+            for pc in live.values():
+                raw = pc.ring.drain()
+                decoded = decode(raw, self.abi, pc.names)
+                status = pc.ring.status()
+                if status.status in ("stepped_aside", "off"):
+                    notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
+                pairs = _clock_pairs(pc.ring, decoded)
+                procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
+            result = WindowResult(job_id, window_id, start_real, end_real, procs, notes)
+            jc.windows += 1
+            jc.last = result
+            return result
+
+    def _wait_acks(
+        self,
+        live: dict[str, ProcessCapture],
+        seqs: dict[str, int],
+        timeout_s: float,
+        notes: list[str],
+        what: str,
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = dict(seqs)
+        while pending and time.monotonic() < deadline:
+            for n in list(pending):
+                pc = live[n]
+                if pc.ring.acked(pending[n]) or not pc.alive:
+                    del pending[n]
+            if pending:
+                time.sleep(0.01)
+        for n in pending:
+            notes.append(
+                f"pid {live[n].ring.pid}: the shim did not acknowledge the window {what} in {timeout_s} s"
+            )
+
+    def close_all_windows(self) -> None:
+        """At daemon stop: close any window a crash of ours would otherwise leave to the heartbeat."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for jc in jobs:
+            for pc in list(jc.procs.values()):
+                try:
+                    if int(pc.ring.ctl["window_open"]):
+                        pc.ring.close_window()
+                except (TypeError, ValueError):
+                    pass
+
+
+def _clock_pairs(ring: Ring, decoded: Decoded) -> np.ndarray:
+    header = ring.clock_pairs()
+    recs = decoded.clocks
+    from_records = np.zeros(len(recs), dtype=header.dtype)
+    from_records["cupti_ns"] = recs["start_ns"]
+    from_records["mono_ns"] = recs["end_ns"]
+    from_records["real_ns"] = recs["real_ns"]
+    return np.concatenate([header, from_records])

@@ -1,0 +1,1 @@
+"""Jobs: the registry (job <-> processes <-> GPUs) and the launch plans handed to launchers."""

@@ -1,0 +1,66 @@
+"""Launch plans: what a launcher adds to a job's environment so the shim loads and finds its ring
+directory. The shim path is the configured one, else the installed one, else the source build."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INSTALLED_SHIM = Path("/usr/lib/gitmd/libgitm_shim.so")
+SOURCE_SHIM = Path(__file__).resolve().parents[2] / "shim" / "build" / "libgitm_shim.so"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    env: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    capture: bool = False
+
+
+def find_shim(configured: Path | None) -> tuple[Path | None, str | None]:
+    """The shim to inject, or None with the reason."""
+    if configured is not None:
+        if configured.is_file():
+            return configured, None
+        return None, f"capture.shim_path {configured} does not exist"
+    for candidate in (INSTALLED_SHIM, SOURCE_SHIM):
+        if candidate.is_file():
+            return candidate, None
+    return None, (
+        f"no shim found ({INSTALLED_SHIM} or {SOURCE_SHIM}); build it with `make -C shim` "
+        "(needs a CUDA toolkit with CUPTI)"
+    )
+
+
+def build_plan(
+    job_id: str, job_dir: Path | None, shim: Path | None, ring_records: int, warnings: list[str]
+) -> LaunchPlan:
+    env = {"GITM_JOB_ID": job_id}
+    capture = job_dir is not None and shim is not None
+    if capture:
+        assert job_dir is not None and shim is not None
+        env["GITM_JOB_DIR"] = str(job_dir)
+        env["CUDA_INJECTION64_PATH"] = str(shim)
+        env["GITM_RING_RECORDS"] = str(ring_records)
+    return LaunchPlan(env=env, warnings=tuple(warnings), capture=capture)
+
+
+def make_job_dir(parent: Path, job_id: str, uid: int, gid: int) -> tuple[Path | None, str | None]:
+    """<runtime>/jobs/<id>, mode 0700, owned by the job's user; None with the reason on failure."""
+    path = parent / job_id
+    try:
+        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.mkdir(path, 0o700)
+    except OSError as e:
+        return None, f"cannot create the job's runtime directory {path}: {e.strerror}; the job runs untraced"
+    if os.geteuid() == 0:
+        try:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        except OSError as e:
+            return None, f"cannot give {path} to uid {uid}: {e.strerror}; the job runs untraced"
+    elif uid != os.geteuid():
+        return None, (
+            f"gitmd runs as uid {os.geteuid()} and cannot give {path} to uid {uid}; the job runs untraced"
+        )
+    return path, None

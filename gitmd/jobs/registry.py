@@ -1,0 +1,156 @@
+"""The job registry: the one map of job <-> processes (through its ring files) <-> state, in SQLite.
+
+Registration creates the job's runtime directory and its launch plan. The shape is the one later
+stages extend (launch keys, GPUs, equivalence contracts, exploration).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitmd.config import CaptureConfig
+from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
+from gitmd.store.db import Store
+
+MAX_NAME = 200
+MAX_COMMAND_ARGS = 4096
+MAX_COMMAND_BYTES = 1 << 20
+_NAME_OK = re.compile(r"^[\w.\-:@+/ ]*$")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    command: tuple[str, ...]
+    cwd: str
+    uid: int
+    gid: int
+    state: str
+    created_ns: int
+    ended_ns: int | None
+    exit_code: int | None
+    runtime_dir: str
+    capture: bool
+
+
+def _row_to_job(r: dict[str, Any]) -> Job:
+    return Job(
+        id=r["id"],
+        name=r["name"],
+        command=tuple(json.loads(r["command"])),
+        cwd=r["cwd"],
+        uid=r["uid"],
+        gid=r["gid"],
+        state=r["state"],
+        created_ns=r["created_ns"],
+        ended_ns=r["ended_ns"],
+        exit_code=r["exit_code"],
+        runtime_dir=r["runtime_dir"],
+        capture=bool(r["capture"]),
+    )
+
+
+class JobRegistry:
+    def __init__(self, store: Store, runtime_dir: Path, capture: CaptureConfig) -> None:
+        self.store = store
+        self.jobs_dir = runtime_dir / "jobs"
+        self.capture_cfg = capture
+
+    def register(
+        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool
+    ) -> tuple[Job, LaunchPlan]:
+        if len(name) > MAX_NAME or not _NAME_OK.match(name):
+            raise InvalidArgumentError(
+                f"job name must be at most {MAX_NAME} of letters, digits, . - _ : @ + / space"
+            )
+        if len(command) > MAX_COMMAND_ARGS or sum(len(a) for a in command) > MAX_COMMAND_BYTES:
+            raise InvalidArgumentError("command too long")
+        if any("\0" in a for a in command) or "\0" in cwd:
+            raise InvalidArgumentError("command and cwd must not contain NUL bytes")
+        job_id = uuid.uuid4().hex[:12]
+        name = name or (Path(command[0]).name if command else job_id)
+        warnings: list[str] = []
+        job_dir = shim = None
+        if capture:
+            shim, why = find_shim(self.capture_cfg.shim_path)
+            if why:
+                warnings.append(f"the job runs untraced: {why}")
+            else:
+                job_dir, why = make_job_dir(self.jobs_dir, job_id, uid, gid)
+                if why:
+                    warnings.append(why)
+        plan = build_plan(job_id, job_dir, shim, self.capture_cfg.ring_records, warnings)
+        job = Job(
+            id=job_id,
+            name=name,
+            command=tuple(command),
+            cwd=cwd,
+            uid=uid,
+            gid=gid,
+            state="registered",
+            created_ns=time.time_ns(),
+            ended_ns=None,
+            exit_code=None,
+            runtime_dir=str(job_dir) if job_dir else "",
+            capture=plan.capture,
+        )
+        with self.store.transaction() as db:
+            db.table("jobs").insert(
+                {
+                    "id": job.id,
+                    "name": job.name,
+                    "command": json.dumps(list(job.command)),
+                    "cwd": job.cwd,
+                    "uid": uid,
+                    "gid": gid,
+                    "state": job.state,
+                    "created_ns": job.created_ns,
+                    "runtime_dir": job.runtime_dir,
+                    "capture": int(job.capture),
+                }
+            )
+        return job, plan
+
+    def get(self, id_or_name: str) -> Job:
+        with self.store.reading() as db:
+            rows = list(db.query("SELECT * FROM jobs WHERE id = ?", [id_or_name]))
+            if not rows:
+                rows = list(
+                    db.query(
+                        "SELECT * FROM jobs WHERE name = ? ORDER BY created_ns DESC LIMIT 1", [id_or_name]
+                    )
+                )
+        if not rows:
+            raise NotFoundError(f"no job with id or name {id_or_name!r}")
+        return _row_to_job(rows[0])
+
+    def list(self, include_exited: bool) -> list[Job]:
+        where = "" if include_exited else "WHERE state != 'exited'"
+        with self.store.reading() as db:
+            return [_row_to_job(r) for r in db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns")]
+
+    def set_state(self, job_id: str, state: str) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE jobs SET state = ? WHERE id = ? AND state != 'exited'", [state, job_id])
+
+    def exited(self, job_id: str, exit_code: int) -> Job:
+        job = self.get(job_id)
+        if job.id != job_id:
+            raise NotFoundError(f"no job with id {job_id!r}")
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET state = 'exited', ended_ns = ?, exit_code = ? WHERE id = ?",
+                [time.time_ns(), exit_code, job_id],
+            )
+        if job.runtime_dir:
+            shutil.rmtree(job.runtime_dir, ignore_errors=True)
+        return self.get(job_id)

@@ -1,0 +1,241 @@
+/*
+ * gitm_shim.h - the ABI shared by the injected shim (C) and gitmd (Python, through cffi).
+ *
+ * One file per CUDA process, in the job's runtime directory:
+ *
+ *   offset 0                     struct gitm_ring_header   (written by the shim; `tail` by the daemon)
+ *   offset GITM_PAGE_SIZE        struct gitm_control       (written by the daemon; acks by the shim)
+ *   offset header.records_offset capacity x struct gitm_record (64 bytes each; capacity a power of two)
+ *
+ * Producers (CUPTI's buffer thread, API callbacks, the shim's control thread) reserve a slot by
+ * CAS on `head`, fill it, then publish it by storing seq = position + 1 with release order. A full
+ * ring drops the record and counts it. The daemon reads slots from `tail` while seq == position + 1
+ * (acquire), copies them, then advances `tail` (release): a torn or unpublished slot is never read.
+ *
+ * Everything between GITM_ABI_BEGIN and GITM_ABI_END is parsed by cffi (gitmd/capture/abi.py):
+ * plain structs of fixed-width integers, explicit padding, integer #defines only.
+ */
+#ifndef GITM_SHIM_H
+#define GITM_SHIM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GITM_ABI_BEGIN */
+#define GITM_ABI_VERSION 1
+#define GITM_PAGE_SIZE 4096
+#define GITM_RECORD_SIZE 64
+#define GITM_RING_MAGIC 0x474e49524d544947
+#define GITM_CONTROL_MAGIC 0x4c525443244d5447
+#define GITM_CLOCK_PAIRS 16
+#define GITM_STATUS_REASON_LEN 160
+#define GITM_NAME_CHUNK 48
+#define GITM_PAYLOAD_MAX 32
+
+/* shim status (gitm_ring_header.status) */
+#define GITM_STATUS_INIT 0
+#define GITM_STATUS_IDLE 1          /* ready, no window open: CUPTI activity disabled */
+#define GITM_STATUS_CAPTURING 2     /* a window is open */
+#define GITM_STATUS_STEPPED_ASIDE 3 /* another CUPTI user (a profiler) is present */
+#define GITM_STATUS_OFF 4           /* switched itself off after an error: see status_reason */
+
+/* record types (gitm_record.type) */
+#define GITM_REC_KERNEL 1
+#define GITM_REC_MEMCPY 2
+#define GITM_REC_MEMSET 3
+#define GITM_REC_SYNC 4
+#define GITM_REC_MEMORY 5
+#define GITM_REC_NAME 6
+#define GITM_REC_PAYLOAD 7
+#define GITM_REC_CLOCK 8
+#define GITM_REC_WINDOW 9
+
+/* activity kinds the daemon may ask for (gitm_control.kinds_mask) */
+#define GITM_KIND_KERNEL 1
+#define GITM_KIND_MEMCPY 2
+#define GITM_KIND_MEMSET 4
+#define GITM_KIND_SYNC 8
+#define GITM_KIND_MEMORY 16
+#define GITM_KIND_PAYLOAD 32
+#define GITM_KIND_ALL 63
+
+/* memory kinds (memcpy src/dst, memset, memory records): CUPTI's CUpti_ActivityMemoryKind values */
+#define GITM_MEM_UNKNOWN 0
+#define GITM_MEM_PAGEABLE 1
+#define GITM_MEM_PINNED 2
+#define GITM_MEM_DEVICE 3
+#define GITM_MEM_ARRAY 4
+#define GITM_MEM_MANAGED 5
+#define GITM_MEM_DEVICE_STATIC 6
+#define GITM_MEM_MANAGED_STATIC 7
+
+/* knob operations (gitm_control.knob_op); the levers come later, the channel is here now */
+#define GITM_KNOB_NOP 0
+#define GITM_KNOB_PING 1
+
+struct gitm_clock_pair {
+    uint64_t cupti_ns;    /* cuptiGetTimestamp() */
+    uint64_t mono_ns;     /* CLOCK_MONOTONIC, read around it (midpoint) */
+    uint64_t real_ns;     /* CLOCK_REALTIME */
+};
+
+struct gitm_ring_header {
+    uint64_t magic;              /* GITM_RING_MAGIC, stored last at creation (release) */
+    uint32_t abi_version;
+    uint32_t record_size;
+    uint64_t capacity;           /* records; power of two */
+    uint64_t records_offset;     /* bytes from the start of the file */
+    uint64_t file_size;
+    int32_t pid;
+    uint32_t cupti_version;
+    uint64_t start_time_ticks;   /* /proc/<pid>/stat field 22: with pid, names the process */
+    uint64_t created_real_ns;
+    /* offset 64 */
+    uint64_t head;               /* next slot to reserve (shim) */
+    uint8_t _pad1[56];
+    /* offset 128 */
+    uint64_t tail;               /* next slot to read (daemon) */
+    uint8_t _pad2[56];
+    /* offset 192: counters, written by the shim with atomic adds */
+    uint64_t records_written;
+    uint64_t ring_drops;         /* ring full */
+    uint64_t cupti_drops;        /* cuptiActivityGetNumDroppedRecords */
+    uint64_t missing_timestamps; /* records CUPTI delivered with start == end == 0 */
+    uint64_t buffers_completed;
+    uint64_t windows_opened;
+    uint64_t flushes;
+    uint64_t names_interned;
+    /* offset 256 */
+    uint32_t status;             /* GITM_STATUS_* */
+    int32_t status_code;         /* the CUPTI/errno code behind status_reason, 0 if none */
+    uint32_t window_id;          /* the open window, 0 if none */
+    uint32_t clock_pair_count;   /* pairs written so far; slot = count % GITM_CLOCK_PAIRS */
+    char status_reason[GITM_STATUS_REASON_LEN];
+    /* offset 432 */
+    struct gitm_clock_pair clock_pairs[GITM_CLOCK_PAIRS];
+    /* offset 816 */
+};
+
+struct gitm_control {
+    uint64_t magic;              /* GITM_CONTROL_MAGIC, written by the shim at creation */
+    uint32_t window_seq;         /* daemon: bump to request the state below */
+    uint32_t window_open;        /* daemon: 1 open, 0 closed */
+    uint32_t window_id;          /* daemon: id of the window to open */
+    uint32_t kinds_mask;         /* daemon: GITM_KIND_* */
+    uint32_t window_ack;         /* shim: the window_seq it has applied */
+    uint32_t flush_interval_ms;  /* daemon: periodic flush while open (0: 500 ms) */
+    uint64_t heartbeat_mono_ns;  /* daemon: CLOCK_MONOTONIC, refreshed while a window is open */
+    uint32_t heartbeat_timeout_ms; /* shim closes an open window when the heartbeat is older (0: 10 s) */
+    uint32_t knob_seq;           /* daemon: bump to send a knob command */
+    uint32_t knob_op;            /* GITM_KNOB_* */
+    uint32_t knob_ack;           /* shim: the knob_seq it has handled */
+    int32_t knob_result;         /* shim: 0 ok, else a negative errno */
+    uint32_t _pad0;
+    uint64_t knob_args[4];
+    uint64_t knob_out[4];
+};
+
+/* Every record: 32 bytes common, 32 bytes of per-type payload. */
+struct gitm_record {
+    uint64_t seq;                /* position + 1 once published */
+    uint8_t type;                /* GITM_REC_* */
+    uint8_t flags;
+    uint16_t device;
+    uint32_t correlation_id;     /* NAME: name id; WINDOW: window id */
+    uint64_t start_ns;           /* CUPTI clock */
+    uint64_t end_ns;
+    uint8_t payload[32];
+};
+
+struct gitm_kernel_payload {     /* GITM_REC_KERNEL */
+    uint32_t name_id;
+    uint32_t stream_id;
+    uint32_t grid_x;
+    uint16_t grid_y;
+    uint16_t grid_z;
+    uint16_t block_x;
+    uint16_t block_y;
+    uint16_t block_z;
+    uint16_t registers;
+    uint32_t shared_bytes;       /* static + dynamic */
+    uint32_t graph_id;
+};
+
+struct gitm_memcpy_payload {     /* GITM_REC_MEMCPY; flags bit 0: async */
+    uint64_t bytes;
+    uint32_t stream_id;
+    uint8_t copy_kind;           /* CUpti_ActivityMemcpyKind: 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP ... */
+    uint8_t src_kind;            /* GITM_MEM_* */
+    uint8_t dst_kind;
+    uint8_t _pad0;
+    uint8_t _pad1[16];
+};
+
+struct gitm_memset_payload {     /* GITM_REC_MEMSET */
+    uint64_t bytes;
+    uint32_t stream_id;
+    uint32_t value;
+    uint8_t mem_kind;
+    uint8_t _pad[15];
+};
+
+struct gitm_sync_payload {       /* GITM_REC_SYNC */
+    uint32_t sync_type;          /* CUpti_ActivitySynchronizationType: 1 event sync, 2 stream wait, 3 stream sync, 4 context sync */
+    uint32_t stream_id;
+    uint32_t context_id;
+    uint32_t event_id;
+    uint8_t _pad[16];
+};
+
+struct gitm_memory_payload {     /* GITM_REC_MEMORY; start_ns = end_ns = timestamp */
+    uint64_t address;
+    uint64_t bytes;
+    uint32_t stream_id;
+    uint8_t op;                  /* 1 allocation, 2 release */
+    uint8_t mem_kind;
+    uint8_t is_async;
+    uint8_t _pad[9];
+};
+
+struct gitm_payload_payload {    /* GITM_REC_PAYLOAD: bytes read from a small device-to-host copy */
+    uint8_t data[32];            /* length in flags (<= 32); correlation_id of the copy */
+};
+
+struct gitm_clock_payload {      /* GITM_REC_CLOCK: start_ns = cupti_ns, end_ns = mono_ns */
+    uint64_t real_ns;
+    uint8_t _pad[24];
+};
+
+struct gitm_window_payload {     /* GITM_REC_WINDOW: flags 1 open, 2 close; start_ns = mono_ns */
+    uint32_t kinds_mask;
+    uint32_t _pad0;
+    uint64_t cupti_ns;
+    uint8_t _pad[16];
+};
+/* GITM_REC_NAME: correlation_id = name id, device = chunk index, flags bit 0 = last chunk;
+ * start_ns, end_ns and payload hold GITM_NAME_CHUNK bytes of the name, NUL-padded. */
+/* GITM_ABI_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(struct gitm_record) == GITM_RECORD_SIZE, "record size");
+_Static_assert(sizeof(struct gitm_kernel_payload) == 32, "kernel payload");
+_Static_assert(sizeof(struct gitm_memcpy_payload) == 32, "memcpy payload");
+_Static_assert(sizeof(struct gitm_memset_payload) == 32, "memset payload");
+_Static_assert(sizeof(struct gitm_sync_payload) == 32, "sync payload");
+_Static_assert(sizeof(struct gitm_memory_payload) == 32, "memory payload");
+_Static_assert(sizeof(struct gitm_clock_payload) == 32, "clock payload");
+_Static_assert(sizeof(struct gitm_window_payload) == 32, "window payload");
+_Static_assert(sizeof(struct gitm_ring_header) <= GITM_PAGE_SIZE, "header fits a page");
+_Static_assert(sizeof(struct gitm_control) <= GITM_PAGE_SIZE, "control fits a page");
+_Static_assert(__builtin_offsetof(struct gitm_ring_header, head) == 64, "head on its own line");
+_Static_assert(__builtin_offsetof(struct gitm_ring_header, tail) == 128, "tail on its own line");
+#endif
+
+#endif /* GITM_SHIM_H */

@@ -1,0 +1,544 @@
+/*
+ * shim.c - gitmd's CUPTI injection library (libgitm_shim.so), loaded by the CUDA driver through
+ * CUDA_INJECTION64_PATH into every CUDA process of a registered job.
+ *
+ * Workflow in brief:
+ *   1. InitializeInjection (once, inside cuInit): read GITM_JOB_DIR, create this process's ring
+ *      file there, register CUPTI activity buffer callbacks, start the control thread. Nothing is
+ *      collected yet: every activity kind stays disabled.
+ *   2. The control thread polls the control page the daemon writes. When the daemon opens a
+ *      window it checks that no other CUPTI subscriber is present (else it steps aside), writes a
+ *      clock pair and a window marker, and enables the asked activity kinds; while the window is
+ *      open it flushes CUPTI's buffers periodically; when the window closes (or the daemon's
+ *      heartbeat goes stale) it disables the kinds, flushes, and writes the closing marker.
+ *   3. CUPTI hands completed buffers to BufferCompleted, which turns each activity record into a
+ *      64-byte ring record (kernel names interned: a NAME record the first time a name is seen).
+ *
+ * Fail open: no exit/abort, no signal handlers, no CUDA calls inside CUPTI callbacks. Any error
+ * switches the shim off (status OFF with the reason in the ring header) and the job runs on.
+ * After fork() without exec the child is inert: it never writes the parent's ring.
+ */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gitm_shim.h"
+#include "names.h"
+#include "ring.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define DEFAULT_RING_RECORDS (1u << 16)
+#define DEFAULT_BUFFER_BYTES (4u << 20)
+#define POLL_NS (20 * 1000 * 1000)
+
+static struct {
+    pthread_once_t once;
+    int active;          /* the ring exists and the shim works */
+    volatile int inert;  /* a forked child, or switched off */
+    pid_t pid;
+    struct gitm_ring ring;
+    struct gitm_names names;
+    pthread_t thread;
+    uint32_t applied_seq;
+    uint32_t enabled_mask;
+    uint32_t window_id;
+    uint64_t last_flush_ns;
+    size_t buffer_bytes;
+} g = {.once = PTHREAD_ONCE_INIT};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Switch off, keep the job running, and say why in the ring header. */
+static void switch_off(int32_t code, const char *what)
+{
+    char reason[GITM_STATUS_REASON_LEN];
+    const char *text = NULL;
+    if (code)
+        cuptiGetResultString((CUptiResult)code, &text);
+    snprintf(reason, sizeof reason, "%s%s%s", what, text ? ": " : "", text ? text : "");
+    g.inert = 1;
+    gitm_ring_set_status(&g.ring, GITM_STATUS_OFF, code, reason);
+}
+
+static struct gitm_record *reserve(uint64_t *pos)
+{
+    if (g.inert || getpid() != g.pid)
+        return NULL;
+    struct gitm_record *rec = gitm_ring_reserve(&g.ring, pos);
+    if (rec)
+        memset((char *)rec + sizeof rec->seq, 0, GITM_RECORD_SIZE - sizeof rec->seq);
+    return rec;
+}
+
+static void publish(struct gitm_record *rec, uint64_t pos)
+{
+    gitm_ring_publish(rec, pos);
+    __atomic_fetch_add(&g.ring.hdr->records_written, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- records -------------------------------------------------------------------------------- */
+
+static void emit_name(uint32_t id, const char *name)
+{
+    size_t len = strlen(name);
+    uint16_t chunk = 0;
+    for (size_t off = 0; off == 0 || off < len; off += GITM_NAME_CHUNK, chunk++) {
+        uint64_t pos;
+        struct gitm_record *rec = reserve(&pos);
+        if (!rec)
+            return;
+        size_t n = len - off < GITM_NAME_CHUNK ? len - off : GITM_NAME_CHUNK;
+        rec->type = GITM_REC_NAME;
+        rec->correlation_id = id;
+        rec->device = chunk;
+        rec->flags = off + GITM_NAME_CHUNK >= len ? 1 : 0;
+        memcpy((char *)&rec->start_ns, name + off, n);
+        publish(rec, pos);
+        if (len == 0)
+            break;
+    }
+}
+
+static uint32_t intern(const char *name)
+{
+    int is_new = 0;
+    uint32_t id = gitm_names_intern(&g.names, name ? name : "?", &is_new);
+    if (is_new) {
+        emit_name(id, name ? name : "?");
+        __atomic_fetch_add(&g.ring.hdr->names_interned, 1, __ATOMIC_RELAXED);
+    }
+    return id;
+}
+
+static void write_clock_pair(void)
+{
+    uint64_t cupti = 0;
+    uint64_t m0 = mono_ns();
+    if (cuptiGetTimestamp(&cupti) != CUPTI_SUCCESS)
+        return;
+    uint64_t m1 = mono_ns();
+    uint64_t real = real_ns();
+    struct gitm_ring_header *h = g.ring.hdr;
+    uint32_t slot = h->clock_pair_count % GITM_CLOCK_PAIRS;
+    h->clock_pairs[slot] = (struct gitm_clock_pair){cupti, m0 + (m1 - m0) / 2, real};
+    __atomic_store_n(&h->clock_pair_count, h->clock_pair_count + 1, __ATOMIC_RELEASE);
+    uint64_t pos;
+    struct gitm_record *rec = reserve(&pos);
+    if (!rec)
+        return;
+    rec->type = GITM_REC_CLOCK;
+    rec->start_ns = cupti;
+    rec->end_ns = m0 + (m1 - m0) / 2;
+    ((struct gitm_clock_payload *)rec->payload)->real_ns = real;
+    publish(rec, pos);
+}
+
+static void write_window_marker(uint32_t id, uint8_t open_close, uint32_t mask)
+{
+    uint64_t pos;
+    uint64_t cupti = 0;
+    cuptiGetTimestamp(&cupti);
+    struct gitm_record *rec = reserve(&pos);
+    if (!rec)
+        return;
+    rec->type = GITM_REC_WINDOW;
+    rec->flags = open_close;
+    rec->correlation_id = id;
+    rec->start_ns = mono_ns();
+    struct gitm_window_payload *w = (void *)rec->payload;
+    w->kinds_mask = mask;
+    w->cupti_ns = cupti;
+    publish(rec, pos);
+}
+
+static void convert(const CUpti_Activity *a)
+{
+    uint64_t pos;
+    struct gitm_record *rec;
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const CUpti_ActivityKernel10 *k = (const void *)a;
+        if (k->start == 0 && k->end == 0) {
+            __atomic_fetch_add(&g.ring.hdr->missing_timestamps, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        uint32_t name_id = intern(k->name);
+        if (!(rec = reserve(&pos)))
+            return;
+        rec->type = GITM_REC_KERNEL;
+        rec->device = (uint16_t)k->deviceId;
+        rec->correlation_id = k->correlationId;
+        rec->start_ns = k->start;
+        rec->end_ns = k->end;
+        struct gitm_kernel_payload *p = (void *)rec->payload;
+        p->name_id = name_id;
+        p->stream_id = k->streamId;
+        p->grid_x = (uint32_t)k->gridX;
+        p->grid_y = (uint16_t)k->gridY;
+        p->grid_z = (uint16_t)k->gridZ;
+        p->block_x = (uint16_t)k->blockX;
+        p->block_y = (uint16_t)k->blockY;
+        p->block_z = (uint16_t)k->blockZ;
+        p->registers = k->registersPerThread;
+        p->shared_bytes = (uint32_t)(k->staticSharedMemory + k->dynamicSharedMemory);
+        p->graph_id = k->graphId;
+        publish(rec, pos);
+        return;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const CUpti_ActivityMemcpy6 *m = (const void *)a;
+        if (m->start == 0 && m->end == 0) {
+            __atomic_fetch_add(&g.ring.hdr->missing_timestamps, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        if (!(rec = reserve(&pos)))
+            return;
+        rec->type = GITM_REC_MEMCPY;
+        rec->flags = (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0;
+        rec->device = (uint16_t)m->deviceId;
+        rec->correlation_id = m->correlationId;
+        rec->start_ns = m->start;
+        rec->end_ns = m->end;
+        struct gitm_memcpy_payload *p = (void *)rec->payload;
+        p->bytes = m->bytes;
+        p->stream_id = m->streamId;
+        p->copy_kind = m->copyKind;
+        p->src_kind = m->srcKind;
+        p->dst_kind = m->dstKind;
+        publish(rec, pos);
+        return;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const CUpti_ActivityMemset4 *m = (const void *)a;
+        if (!(rec = reserve(&pos)))
+            return;
+        rec->type = GITM_REC_MEMSET;
+        rec->device = (uint16_t)m->deviceId;
+        rec->correlation_id = m->correlationId;
+        rec->start_ns = m->start;
+        rec->end_ns = m->end;
+        struct gitm_memset_payload *p = (void *)rec->payload;
+        p->bytes = m->bytes;
+        p->stream_id = m->streamId;
+        p->value = m->value;
+        p->mem_kind = (uint8_t)m->memoryKind;
+        publish(rec, pos);
+        return;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        const CUpti_ActivitySynchronization2 *s = (const void *)a;
+        if (!(rec = reserve(&pos)))
+            return;
+        rec->type = GITM_REC_SYNC;
+        rec->correlation_id = s->correlationId;
+        rec->start_ns = s->start;
+        rec->end_ns = s->end;
+        struct gitm_sync_payload *p = (void *)rec->payload;
+        p->sync_type = (uint32_t)s->type;
+        p->stream_id = s->streamId;
+        p->context_id = s->contextId;
+        p->event_id = s->cudaEventId;
+        publish(rec, pos);
+        return;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMORY2: {
+        const CUpti_ActivityMemory4 *m = (const void *)a;
+        if (!(rec = reserve(&pos)))
+            return;
+        rec->type = GITM_REC_MEMORY;
+        rec->device = (uint16_t)m->deviceId;
+        rec->correlation_id = m->correlationId;
+        rec->start_ns = m->timestamp;
+        rec->end_ns = m->timestamp;
+        struct gitm_memory_payload *p = (void *)rec->payload;
+        p->address = m->address;
+        p->bytes = m->bytes;
+        p->stream_id = m->streamId;
+        p->op = (uint8_t)m->memoryOperationType;
+        p->mem_kind = (uint8_t)m->memoryKind;
+        p->is_async = (uint8_t)m->isAsync;
+        publish(rec, pos);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+/* ---- CUPTI buffer callbacks (CUPTI's threads; never call CUDA here) ---------------------------- */
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *max_records = 0;
+    *size = 0;
+    *buffer = NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 8, g.buffer_bytes) == 0) {
+        *buffer = p;
+        *size = g.buffer_bytes;
+    }
+    /* No buffer: CUPTI counts the records it must drop; we read that count at each flush. */
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
+{
+    (void)ctx;
+    (void)stream;
+    (void)size;
+    if (!g.inert && getpid() == g.pid) {
+        CUpti_Activity *record = NULL;
+        while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
+            convert(record);
+        __atomic_fetch_add(&g.ring.hdr->buffers_completed, 1, __ATOMIC_RELAXED);
+    }
+    free(buffer);
+}
+
+/* ---- windows ---------------------------------------------------------------------------------- */
+
+static const struct {
+    uint32_t gitm;
+    CUpti_ActivityKind cupti;
+} KINDS[] = {
+    {GITM_KIND_KERNEL, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
+    {GITM_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY},
+    {GITM_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMSET},
+    {GITM_KIND_SYNC, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION},
+    {GITM_KIND_MEMORY, CUPTI_ACTIVITY_KIND_MEMORY2},
+};
+
+static void CUPTIAPI probe_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *i)
+{
+    (void)u;
+    (void)d;
+    (void)c;
+    (void)i;
+}
+
+/* Another CUPTI user (torch.profiler, nsys...) holds the one subscriber slot: step aside. */
+static int other_subscriber_present(void)
+{
+    CUpti_SubscriberHandle sub;
+    CUptiResult r = cuptiSubscribe(&sub, probe_callback, NULL);
+    if (r == CUPTI_SUCCESS) {
+        cuptiUnsubscribe(sub);
+        return 0;
+    }
+    return r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? 1 : -(int)r;
+}
+
+static void collect_cupti_drops(void)
+{
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
+        __atomic_fetch_add(&g.ring.hdr->cupti_drops, dropped, __ATOMIC_RELAXED);
+}
+
+static void close_window(const char *why)
+{
+    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
+        if (g.enabled_mask & KINDS[i].gitm)
+            cuptiActivityDisable(KINDS[i].cupti);
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    collect_cupti_drops();
+    write_clock_pair();
+    write_window_marker(g.window_id, 2, g.enabled_mask);
+    g.enabled_mask = 0;
+    g.window_id = 0;
+    g.ring.hdr->window_id = 0;
+    gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, why);
+}
+
+static void open_window(uint32_t id, uint32_t mask)
+{
+    int other = other_subscriber_present();
+    if (other != 0) {
+        gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, other > 0 ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : -other,
+                             other > 0 ? "another CUPTI subscriber (a profiler) is active: not capturing"
+                                       : "cuptiSubscribe failed: not capturing");
+        return;
+    }
+    /* Someone (a profiler that has since finished) may have replaced our buffer callbacks. */
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        switch_off(r, "cuptiActivityRegisterCallbacks");
+        return;
+    }
+    write_clock_pair();
+    write_window_marker(id, 1, mask);
+    uint32_t enabled = 0;
+    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++) {
+        if (!(mask & KINDS[i].gitm))
+            continue;
+        r = cuptiActivityEnable(KINDS[i].cupti);
+        if (r == CUPTI_SUCCESS)
+            enabled |= KINDS[i].gitm;
+    }
+    g.enabled_mask = enabled;
+    g.window_id = id;
+    g.ring.hdr->window_id = id;
+    g.last_flush_ns = mono_ns();
+    __atomic_fetch_add(&g.ring.hdr->windows_opened, 1, __ATOMIC_RELAXED);
+    gitm_ring_set_status(&g.ring, GITM_STATUS_CAPTURING, 0, "window open");
+}
+
+static void handle_knob(struct gitm_control *c)
+{
+    uint32_t seq = __atomic_load_n(&c->knob_seq, __ATOMIC_ACQUIRE);
+    if (seq == c->knob_ack)
+        return;
+    switch (c->knob_op) {
+    case GITM_KNOB_NOP:
+        c->knob_result = 0;
+        break;
+    case GITM_KNOB_PING:
+        c->knob_out[0] = (uint64_t)g.pid;
+        c->knob_out[1] = mono_ns();
+        c->knob_result = 0;
+        break;
+    default:
+        c->knob_result = -ENOSYS;
+        break;
+    }
+    __atomic_store_n(&c->knob_ack, seq, __ATOMIC_RELEASE);
+}
+
+static void step(void)
+{
+    struct gitm_control *c = g.ring.ctl;
+    uint32_t seq = __atomic_load_n(&c->window_seq, __ATOMIC_ACQUIRE);
+    if (seq != g.applied_seq) {
+        uint32_t want_open = c->window_open, id = c->window_id, mask = c->kinds_mask & GITM_KIND_ALL;
+        if (g.window_id && (!want_open || id != g.window_id))
+            close_window("window closed by the daemon");
+        if (want_open && !g.window_id)
+            open_window(id, mask);
+        g.applied_seq = seq;
+        __atomic_store_n(&c->window_ack, seq, __ATOMIC_RELEASE);
+    }
+    if (g.window_id) {
+        uint64_t now = mono_ns();
+        uint64_t timeout = (c->heartbeat_timeout_ms ? c->heartbeat_timeout_ms : 10000) * 1000000ULL;
+        uint64_t beat = __atomic_load_n(&c->heartbeat_mono_ns, __ATOMIC_ACQUIRE);
+        if (beat + timeout < now) {
+            close_window("daemon heartbeat stale: window closed by the shim");
+        } else {
+            uint64_t every = (c->flush_interval_ms ? c->flush_interval_ms : 500) * 1000000ULL;
+            if (now - g.last_flush_ns >= every) {
+                cuptiActivityFlushAll(0);
+                collect_cupti_drops();
+                __atomic_fetch_add(&g.ring.hdr->flushes, 1, __ATOMIC_RELAXED);
+                g.last_flush_ns = now;
+            }
+        }
+    }
+    handle_knob(c);
+}
+
+static void *control_thread(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, POLL_NS};
+    while (!g.inert) {
+        step();
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+static void child_after_fork(void)
+{
+    g.inert = 1; /* CUDA is unusable without exec; an exec'd child injects itself anew */
+}
+
+static void at_exit(void)
+{
+    if (!g.active || g.inert || getpid() != g.pid)
+        return;
+    if (g.window_id) {
+        cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        write_window_marker(g.window_id, 2, g.enabled_mask);
+    }
+    gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, "process exited");
+}
+
+static size_t env_size(const char *name, size_t def, size_t lo, size_t hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || n < lo || n > hi)
+        return def;
+    return (size_t)n;
+}
+
+static void initialize(void)
+{
+    const char *dir = getenv("GITM_JOB_DIR");
+    if (!dir || !*dir)
+        return; /* not launched by gitmd: stay out of the way */
+    g.pid = getpid();
+    g.buffer_bytes = env_size("GITM_CUPTI_BUFFER_BYTES", DEFAULT_BUFFER_BYTES, 1u << 16, 256u << 20);
+    char err[256];
+    uint64_t records = env_size("GITM_RING_RECORDS", DEFAULT_RING_RECORDS, 64, 1u << 24);
+    if (gitm_ring_create(&g.ring, dir, records, err, sizeof err) != 0) {
+        fprintf(stderr, "gitm shim: capture off: %s\n", err); /* no ring to report into */
+        return;
+    }
+    uint32_t version = 0;
+    if (cuptiGetVersion(&version) == CUPTI_SUCCESS)
+        g.ring.hdr->cupti_version = version;
+    if (version < CUPTI_API_VERSION) {
+        g.active = 1;
+        switch_off(0, "libcupti is older than the headers the shim was built with");
+        return;
+    }
+    gitm_names_init(&g.names);
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        g.active = 1;
+        switch_off(r, "cuptiActivityRegisterCallbacks");
+        return;
+    }
+    pthread_atfork(NULL, NULL, child_after_fork);
+    atexit(at_exit);
+    g.active = 1;
+    gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, "ready");
+    int e = pthread_create(&g.thread, NULL, control_thread, NULL);
+    if (e != 0) {
+        switch_off(0, "cannot start the control thread");
+        return;
+    }
+    pthread_setname_np(g.thread, "gitm-shim");
+    pthread_detach(g.thread);
+}
+
+EXPORT int InitializeInjection(void)
+{
+    pthread_once(&g.once, initialize);
+    return 1; /* always: a failing shim must never stop the job */
+}

@@ -1,0 +1,211 @@
+"""Jobs through the real daemon and the real CLI: `gitmctl run`, `jobs`, `job`, `trace`.
+
+No GPU here: the job is a process that loads the real shim and calls InitializeInjection exactly
+as the CUDA driver does (CUDA_INJECTION64_PATH). The shim creates its ring, answers the control
+page, and — with no driver — reports why it cannot capture; what CUPTI records on a GPU is tested
+in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitmd.capture.ring import Ring
+from tests.integration.conftest import ROOT, Daemon, command, ctl, ctl_json
+
+SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
+needs_shim = pytest.mark.skipif(
+    not SHIM.exists(), reason="the shim is not built here (no CUDA toolkit with CUPTI)"
+)
+
+FAKE_JOB = """
+import ctypes, os, sys, time
+if os.environ.get("CUDA_INJECTION64_PATH"):
+    ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection()
+print("started", os.environ.get("GITM_JOB_ID", "-"), flush=True)
+deadline = time.time() + float(sys.argv[1])
+while time.time() < deadline and not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+print("finished", flush=True)
+sys.exit(int(sys.argv[3]))
+"""
+
+
+def run_job(
+    d: Daemon, tmp: Path, *args: str, seconds: float = 20, code: int = 0
+) -> tuple[subprocess.Popen[str], Path]:
+    script = tmp / "fake_job.py"
+    script.write_text(FAKE_JOB)
+    stop = tmp / f"stop-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [
+            *command("gitmctl"),
+            "--socket",
+            str(d.socket),
+            "run",
+            *args,
+            "--",
+            sys.executable,
+            str(script),
+            str(seconds),
+            str(stop),
+            str(code),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, stop
+
+
+def wait_for(pred: Any, timeout_s: float = 15) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@needs_shim
+def test_run_registers_injects_and_passes_the_exit_status(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp, "--name", "fake", code=7)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    assert line[0] == "started" and len(line[1]) == 12
+    job_id = line[1]
+    job = wait_for(lambda: (j := ctl_json(daemon.socket, "job", job_id)) and j["processes"] and j)
+    assert job["name"] == "fake" and job["state"] == "running" and job["capture"]
+    p = job["processes"][0]
+    assert p["alive"] and p["status"] == "idle" and p["reason"] == "ready"
+    runtime = Path(job["runtime_dir"])
+    assert (runtime.stat().st_mode & 0o777) == 0o700
+    listed = ctl_json(daemon.socket, "jobs")["jobs"]
+    assert [j["id"] for j in listed] == [job_id]
+    stop.touch()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 7, err
+    assert out.strip() == "finished"
+    done = ctl_json(daemon.socket, "job", job_id)
+    assert done["state"] == "exited" and done["exit_code"] == 7
+    assert not runtime.exists(), "the job's runtime directory is removed when it ends"
+    assert ctl_json(daemon.socket, "jobs")["jobs"] == []
+    assert [j["id"] for j in ctl_json(daemon.socket, "jobs", "--all")["jobs"]] == [job_id]
+
+
+@needs_shim
+def test_trace_opens_a_window_the_shim_acknowledges(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp, "--name", "tr")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    wait_for(lambda: ctl_json(daemon.socket, "job", job_id)["processes"])
+    out = short_tmp / "trace.json"
+    r = ctl(daemon.socket, "trace", "tr", "--duration", "0.5", "-o", str(out), "--json")
+    summary = json.loads(r.stdout)
+    assert summary["job_id"] == job_id and summary["output"] == str(out)
+    trace = json.loads(out.read_text())
+    assert trace["otherData"]["job_id"] == job_id and "traceEvents" in trace
+    # Without a GPU driver CUPTI cannot subscribe: the shim says so instead of capturing.
+    assert any("not capturing" in n for n in summary.get("notes", [])), summary
+    job = ctl_json(daemon.socket, "job", job_id)
+    assert job["windows"] == 1
+    assert job["processes"][0]["status"] in ("stepped_aside", "idle")
+    stop.touch()
+    assert proc.wait(30) == 0
+
+
+@needs_shim
+def test_knob_channel_round_trip(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp)
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    runtime = Path(
+        wait_for(lambda: (j := ctl_json(daemon.socket, "job", job_id))["processes"] and j)["runtime_dir"]
+    )
+    ring = Ring(next(runtime.glob("ring-*.gitm")))
+    result, out = ring.knob(1)  # PING
+    assert result == 0 and out[0] == ring.pid and out[1] > 0
+    result, _ = ring.knob(999)
+    assert result == -38  # -ENOSYS: an unknown knob is refused, never guessed at
+    ring.close()
+    stop.touch()
+    assert proc.wait(30) == 0
+
+
+def test_run_without_daemon_runs_untouched(short_tmp: Path) -> None:
+    script = short_tmp / "fake_job.py"
+    script.write_text(FAKE_JOB)
+    stop = short_tmp / "stop"
+    stop.touch()
+    r = subprocess.run(
+        [
+            *command("gitmctl"),
+            "--socket",
+            str(short_tmp / "none.sock"),
+            "run",
+            "--",
+            sys.executable,
+            str(script),
+            "5",
+            str(stop),
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 4
+    assert r.stdout.split() == ["started", "-", "finished"]
+    assert "running the command untraced" in r.stderr
+
+
+def test_run_no_capture_and_unknown_command(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp, "--no-capture", "--name", "plain")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    job = ctl_json(daemon.socket, "job", job_id)
+    assert not job["capture"] and job["runtime_dir"] == ""
+    stop.touch()
+    assert proc.wait(30) == 0
+    r = ctl(daemon.socket, "run", "--", "/nonexistent/program", check=False)
+    assert r.returncode == 127 and "cannot run" in r.stderr
+    r = ctl(daemon.socket, "trace", "plain", check=False)
+    assert r.returncode == 2 and ("without the shim" in r.stderr or "has exited" in r.stderr)
+    r = ctl(daemon.socket, "trace", "no-such-job", check=False)
+    assert r.returncode == 4 and "no job" in r.stderr
+
+
+@needs_shim
+def test_sigterm_is_forwarded_to_the_job(daemon: Daemon, short_tmp: Path) -> None:
+    proc, _ = run_job(daemon, short_tmp, seconds=60)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+
+
+@needs_shim
+def test_corrupt_ring_in_a_job_dir_is_ignored(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp)
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    job = wait_for(lambda: (j := ctl_json(daemon.socket, "job", job_id))["processes"] and j)
+    runtime = Path(job["runtime_dir"])
+    (runtime / "ring-1-1.gitm").write_bytes(os.urandom(10000))
+    (runtime / "ring-2-2.gitm").symlink_to("/etc/passwd")
+    assert len(ctl_json(daemon.socket, "job", job_id)["processes"]) == 1
+    ctl(daemon.socket, "trace", job_id, "--duration", "0.2", "-o", str(short_tmp / "t.json"))
+    assert "ignoring" in daemon.log()
+    stop.touch()
+    assert proc.wait(30) == 0
+    assert ctl(daemon.socket, "status", check=False).returncode == 0

@@ -1,0 +1,66 @@
+"""The shim builds; its C ring tests pass; without a CUDA toolkit it says so and builds nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gitmd.capture import abi
+from tests.conftest import ROOT
+
+
+def test_ring_c_tests_pass(shim_tools: Path) -> None:
+    r = subprocess.run([str(shim_tools / "test_ring")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "6 passed, 0 failed"
+
+
+def test_cffi_layout_matches_the_c_compiler(shim_tools: Path) -> None:
+    c = json.loads(
+        subprocess.run([str(shim_tools / "abi_offsets")], capture_output=True, text=True, check=True).stdout
+    )
+    a = abi.load()
+    assert c["sizeof gitm_ring_header"] == a.header.itemsize
+    assert c["sizeof gitm_control"] == a.control.itemsize
+    assert c["sizeof gitm_record"] == a.record.itemsize == 64
+    for key, offset in c.items():
+        if "." not in key:
+            continue
+        struct, fld = key.split(".")
+        if struct == "gitm_ring_header":
+            assert a.header.fields[fld][1] == offset, key
+        elif struct == "gitm_control":
+            assert a.control.fields[fld][1] == offset, key
+        elif struct == "gitm_record":
+            assert a.record.fields[fld][1] == offset, key
+        else:
+            payload = a.dtype(f"struct {struct}")
+            assert payload.fields[fld][1] == offset, key
+
+
+def test_no_toolkit_means_a_clear_message_and_no_shim(tmp_path: Path) -> None:
+    r = subprocess.run(
+        ["make", "-C", str(ROOT / "shim"), "shim", "CUDA_HOME=/nonexistent", f"BUILD={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0
+    assert "CUPTI not found" in r.stdout and "runs without capture" in r.stdout
+    assert not (tmp_path / "libgitm_shim.so").exists()
+
+
+@pytest.mark.skipif(not shutil.which("nm"), reason="nm is not installed")
+def test_shim_exports_only_the_injection_entry_point() -> None:
+    lib = ROOT / "shim" / "build" / "libgitm_shim.so"
+    if not lib.exists():
+        pytest.skip("the shim was not built here (no CUDA toolkit with CUPTI)")
+    syms = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    )
+    exported = {line.split()[-1] for line in syms.stdout.splitlines() if " T " in line}
+    assert exported == {"InitializeInjection"}
