@@ -178,7 +178,7 @@ class Service:
         return JobView(self.jobs.exited(job_id, exit_code), [], 0)
 
     # -- capture -------------------------------------------------------------------------------
-    def trace_job(self, id_or_name: str, duration_s: float) -> TraceResult:
+    def trace_job(self, id_or_name: str, duration_s: float, raw: bool = False) -> TraceResult:
         if not 0 <= duration_s <= MAX_TRACE_S:
             raise InvalidArgumentError(f"duration must be 0..{MAX_TRACE_S:g} s")
         job = self.get_job(id_or_name).job

@@ -17,7 +17,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(NAME, parents=[common], help="capture a window of a running job as a Perfetto trace")
     p.add_argument("job", help="job id or name")
     p.add_argument("--duration", type=float, default=2.0, help="window length in seconds (default 2)")
-    p.add_argument("-o", "--output", type=Path, help="trace file (default gitm-trace-<job>-<window>.json)")
+    p.add_argument(
+        "-o", "--output", type=Path, help="output file (default gitm-trace-<job>-<window>.json or .npz)"
+    )
+    p.add_argument(
+        "--raw", action="store_true", help="write a capture file (raw records, npz) instead of a trace"
+    )
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
@@ -30,7 +35,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
     summary = None
     for chunk in client.stream(
         lambda req: client.stub.TraceJob(req, timeout=client.timeout_s),
-        pb.TraceJobRequest(job_id=args.job, duration_s=args.duration),
+        pb.TraceJobRequest(job_id=args.job, duration_s=args.duration, raw=args.raw),
     ):
         if chunk.HasField("summary"):
             summary = chunk.summary
@@ -38,7 +43,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
     if summary is None:
         print("gitmctl trace: gitmd ended the stream without a summary", file=sys.stderr)
         return 1
-    out = args.output or Path(f"gitm-trace-{summary.job_id}-{summary.window_id}.json")
+    suffix = "npz" if args.raw else "json"
+    out = args.output or Path(f"gitm-trace-{summary.job_id}-{summary.window_id}.{suffix}")
     out.write_bytes(bytes(data))
     if args.json:
         d = render.to_dict(summary)
@@ -48,7 +54,11 @@ def run(args: argparse.Namespace, client: Client) -> int:
         render.table(
             ("", ""),
             [
-                ("trace", f"{out} ({render.bytes_h(len(data))}); open it in ui.perfetto.dev"),
+                (
+                    "output",
+                    f"{out} ({render.bytes_h(len(data))})"
+                    + ("" if args.raw else "; open it in ui.perfetto.dev"),
+                ),
                 ("job / window", f"{summary.job_id} / {summary.window_id} ({summary.window_s:.2f} s)"),
                 ("processes", str(summary.processes)),
                 ("kernels", str(summary.kernels)),

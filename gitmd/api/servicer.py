@@ -115,7 +115,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_stream_errors
     def TraceJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        result = self.svc.trace_job(request.job_id, request.duration_s)
+        result = self.svc.trace_job(request.job_id, request.duration_s, request.raw)
         for chunk in result.chunks:
             yield pb.TraceChunk(data=chunk)
         yield pb.TraceChunk(summary=pb.TraceSummary(**result.summary))

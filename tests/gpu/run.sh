@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, telemetry-cost (default: all)
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost (default: all)
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
 # prints a short table last. Never changes the card's settings.
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUTDIR=${1:?usage: tests/gpu/run.sh OUTDIR [PART ...]}
 shift
 PARTS=("$@")
-[ ${#PARTS[@]} -eq 0 ] && PARTS=(tests telemetry-cost)
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(tests shim-overhead telemetry-cost)
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
 
@@ -27,6 +27,8 @@ export PYTHONPATH=/tmp/site:$PWD
   nproc
 } > "$OUTDIR/host.txt" 2>&1
 cat "$OUTDIR/host.txt"
+make -C shim all > "$OUTDIR/shim-build.log" 2>&1 || { cat "$OUTDIR/shim-build.log"; exit 1; }
+tail -1 "$OUTDIR/shim-build.log"
 
 declare -A RESULT
 for part in "${PARTS[@]}"; do
@@ -35,8 +37,12 @@ for part in "${PARTS[@]}"; do
       GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs tests/gpu 2>&1 | tee "$OUTDIR/pytest-gpu.log"
       RESULT[$part]=$(tail -1 "$OUTDIR/pytest-gpu.log")
       ;;
+    shim-overhead)
+      python3 bench/shim_overhead.py --repeats 5 --json "$OUTDIR/shim-overhead.json" 2>&1 | tee "$OUTDIR/shim-overhead.md"
+      RESULT[$part]=$(grep -E '^\| (launch|train)' "$OUTDIR/shim-overhead.md" | tr '\n' ' ' || echo "failed")
+      ;;
     telemetry-cost)
-      python3 bench/telemetry_cost.py --backends nvml,sim --duration 70 --json "$OUTDIR/telemetry-cost.json" \
+      python3 bench/telemetry_cost.py --backends nvml,sim --duration 60 --json "$OUTDIR/telemetry-cost.json" \
         2>&1 | tee "$OUTDIR/telemetry-cost.md"
       RESULT[$part]=$(grep '^| nvml' "$OUTDIR/telemetry-cost.md" || echo "failed")
       ;;

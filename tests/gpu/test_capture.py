@@ -1,0 +1,205 @@
+"""On the GPU host: unmodified CUDA programs under `gitmctl run`, captured by the shim.
+
+Each program does an exactly known amount of work after a trigger file appears; a capture window
+opened around it must hold every kernel, every copy with its pageable/pinned kind, the allocation
+and the syncs. A child process is captured too. gitmd killed mid-window leaves the job's output
+unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gitmd.analysis import timeline
+from gitmd.analysis.trace_export import to_chrome_trace
+from gitmd.capture import capture_file
+from tests.integration.conftest import ROOT, Daemon, command, ctl, ctl_json, free_port
+
+PROGRAMS = Path(__file__).parent / "programs"
+CONFIG = """
+[telemetry]
+backend = "nvml"
+[metrics]
+port = {port}
+[capture]
+window_every_s = 0
+"""
+PAGEABLE, PINNED, HTOD = 1, 2, 1
+
+
+def out_dir() -> Path | None:
+    d = os.environ.get("GITMD_GPU_OUT")
+    return Path(d) if d else None
+
+
+@pytest.fixture(scope="module")
+def known_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc is not installed")
+    exe = tmp_path_factory.mktemp("bin") / "known_work"
+    subprocess.run(
+        ["nvcc", "-O2", "-arch=sm_90", "-o", str(exe), str(PROGRAMS / "known_work.cu")], check=True
+    )
+    return exe
+
+
+@pytest.fixture
+def gpu_daemon(daemon_factory: Any) -> Daemon:
+    if not (ROOT / "shim" / "build" / "libgitm_shim.so").exists():
+        pytest.fail("the shim is not built: tests/gpu/run.sh builds it with make -C shim")
+    return daemon_factory(config_text=CONFIG.format(port=free_port()))  # type: ignore[no-any-return]
+
+
+def start_job(d: Daemon, name: str, argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", name, "--", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_processes(d: Daemon, name: str, n: int, timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = ctl_json(d.socket, "job", name)
+        if len(job["processes"]) >= n:
+            return job  # type: ignore[no-any-return]
+        time.sleep(0.2)
+    raise AssertionError(f"job {name}: fewer than {n} rings appeared")
+
+
+def traced(d: Daemon, job: str, seconds: float, out: Path) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        r = ctl(
+            d.socket,
+            "trace",
+            job,
+            "--duration",
+            str(seconds),
+            "--raw",
+            "-o",
+            str(out),
+            "--json",
+            timeout=120,
+            check=False,
+        )
+        result["rc"], result["stdout"], result["stderr"] = r.returncode, r.stdout, r.stderr
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t, result
+
+
+def save_fixture(src: Path, name: str) -> None:
+    o = out_dir()
+    if o is not None:
+        shutil.copy(src, o / name)
+
+
+def test_non_torch_program_every_kernel_copy_and_allocation(
+    gpu_daemon: Daemon, known_work: Path, short_tmp: Path
+) -> None:
+    trig, end = short_tmp / "go", short_tmp / "end"
+    job = start_job(gpu_daemon, "known", [str(known_work), str(trig), str(end), "1000", "10"])
+    assert job.stdout is not None
+    assert job.stdout.readline().strip() == "ready"
+    wait_processes(gpu_daemon, "known", 1)
+    cap = short_tmp / "known.npz"
+    t, _ = traced(gpu_daemon, "known", 4.0, cap)
+    time.sleep(1.5)  # the window is open and acknowledged well before this
+    trig.touch()
+    assert job.stdout.readline().startswith("done")
+    t.join(120)
+    end.touch()
+    assert job.wait(60) == 0, job.stderr.read() if job.stderr else ""
+    w = capture_file.loads(cap)
+    assert len(w.processes) == 1 and not w.notes, w.notes
+    r = w.processes[0].records
+    probe = [i for i, n in r.names.items() if "gitm_probe_kernel" in n]
+    assert len(probe) == 1
+    assert int(np.sum(r.kernels["name_id"] == probe[0])) == 1000
+    htod = r.memcpys[r.memcpys["copy_kind"] == HTOD]
+    assert int(np.sum(htod["src_kind"] == PAGEABLE)) == 10
+    assert int(np.sum(htod["src_kind"] == PINNED)) == 10
+    mem = r.memory[r.memory["bytes"] == 64 << 20]
+    assert sorted(mem["op"].tolist()) == [1, 2]  # one allocation, one release
+    assert len(r.syncs) >= 1
+    assert w.processes[0].status.ring_drops == 0 and w.processes[0].status.cupti_drops == 0
+    tl = timeline.build(w)
+    trace = to_chrome_trace(tl, [])
+    ks = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(ks) == len(r.kernels) and all(e["ts"] >= -1e6 for e in ks)
+    save_fixture(cap, "capture-cuda-known-work.npz")
+
+
+def test_torch_program_and_its_child_process(gpu_daemon: Daemon, short_tmp: Path) -> None:
+    trig, end = short_tmp / "go", short_tmp / "end"
+    job = start_job(
+        gpu_daemon,
+        "torchkw",
+        [sys.executable, str(PROGRAMS / "torch_known_work.py"), str(trig), str(end), "500", "300", "8"],
+    )
+    assert job.stdout is not None
+    ready = job.stdout.readline().split()
+    assert ready[0] == "ready"
+    main_pid, child_pid = int(ready[1]), int(ready[2])
+    wait_processes(gpu_daemon, "torchkw", 2)
+    cap = short_tmp / "torch.npz"
+    t, _ = traced(gpu_daemon, "torchkw", 5.0, cap)
+    time.sleep(2.0)
+    trig.touch()
+    done = job.stdout.readline().split()
+    assert done[0] == "done" and float(done[1]) == 500.0
+    t.join(120)
+    end.touch()
+    assert job.wait(60) == 0
+    w = capture_file.loads(cap)
+    by_pid = {p.pid: p.records for p in w.processes}
+    assert {main_pid, child_pid} <= set(by_pid), (set(by_pid), w.notes)
+    main, child = by_pid[main_pid], by_pid[child_pid]
+    assert len(main.kernels) == 500, {main.names.get(int(i)) for i in set(main.kernels["name_id"].tolist())}
+    assert len(child.kernels) == 300
+    htod = main.memcpys[main.memcpys["copy_kind"] == HTOD]
+    assert int(np.sum(htod["src_kind"] == PAGEABLE)) == 8 and int(np.sum(htod["src_kind"] == PINNED)) == 8
+    assert int(np.sum((main.memory["op"] == 1) & (main.memory["bytes"] >= 256 << 20))) == 1
+    save_fixture(cap, "capture-torch-known-work.npz")
+
+
+def test_gitmd_killed_mid_window_leaves_the_job_unchanged(gpu_daemon: Daemon, short_tmp: Path) -> None:
+    script = str(PROGRAMS / "torch_train.py")
+    plain = subprocess.run([sys.executable, script, "600"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0
+    job = start_job(gpu_daemon, "train", [sys.executable, script, "600"])
+    assert job.stdout is not None
+    assert job.stdout.readline().strip() == "started"
+    wait_processes(gpu_daemon, "train", 1)
+    cap = short_tmp / "train.npz"
+    t, res = traced(gpu_daemon, "train", 1.0, cap)
+    t.join(60)
+    assert res["rc"] == 0, res
+    save_fixture(cap, "capture-torch-train.npz")
+    t2, _ = traced(gpu_daemon, "train", 30.0, short_tmp / "never.npz")
+    time.sleep(1.0)
+    assert gpu_daemon.proc is not None
+    gpu_daemon.proc.send_signal(signal.SIGKILL)
+    gpu_daemon.proc.wait(30)
+    rest, _err = job.communicate(timeout=300)
+    t2.join(60)
+    assert job.returncode == 0
+    assert "started\n" + rest == plain.stdout, "the job's output changed"
+    w = capture_file.loads(cap)
+    assert len(w.processes[0].records.kernels) > 100
