@@ -1,5 +1,8 @@
 """The shim's cost on unmodified torch workloads, measured side by side in one run (GPU host).
 
+Every probe process is pinned to the same CPUs (GITM_BENCH_CPUS, default 2,3), so that where the
+scheduler happens to place a process does not pass for the shim's cost.
+
 Conditions: (a) no shim; (b) shim loaded, no window open (CUPTI activity off); (c) a window open
 (kernel, copy, memset, sync and memory activity on). (a) and (b) need separate processes, so the
 run alternates a no-shim and a shim process, REPEATS of each; inside a shim process (b) and (c)
@@ -37,6 +40,7 @@ WORKLOADS = {"launch": ("launch", 20000, "µs/op"), "train": ("train", 60, "ms/s
 class Probe:
     def __init__(self, shim: bool, tmp: Path) -> None:
         env = dict(os.environ)
+        env.setdefault("GITM_BENCH_CPUS", "2,3")
         self.ring: Ring | None = None
         if shim:
             d = Path(tempfile.mkdtemp(dir=tmp))
@@ -100,6 +104,8 @@ def main() -> int:
     ap.add_argument("--duty", default="2,30", help="window seconds, period seconds")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if len(os.sched_getaffinity(0)) < 4:
+        os.environ.setdefault("GITM_BENCH_CPUS", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
     if not SHIM.exists():
         raise SystemExit(f"{SHIM} is missing: make -C shim")
     tmp = Path(tempfile.mkdtemp(prefix="gitm-overhead-"))

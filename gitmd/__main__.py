@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +57,13 @@ def build_config(args: argparse.Namespace) -> config.Config:
     return dataclasses.replace(cfg, daemon=d, telemetry=t, metrics=m)
 
 
+# gitmd does no heavy linear algebra: one BLAS/OpenMP thread, not a pool (with its buffers) per core.
+_SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def main(argv: list[str] | None = None) -> int:
+    for var in _SINGLE_THREADED:  # before anything imports numpy
+        os.environ.setdefault(var, "1")
     args = parse_args(argv)
     try:
         cfg = build_config(args)

@@ -18,6 +18,7 @@ from typing import Any
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
+from gitmd.capture import capture_file
 from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
@@ -190,10 +191,13 @@ class Service:
             raise GitmdError(f"job {job.id} is not tracked by capture (was gitmd restarted?)")
         window = self.capture.capture(job.id, duration_s or self.config.capture.window_duration_s)
         tl = timeline_mod.build(window)
-        samples, _ = self.telemetry_store.query(
-            None, tl.start_real_ns - 10**9, tl.end_real_ns + 10**9, 100_000
-        )
-        data = dumps(to_chrome_trace(tl, samples))
+        if raw:
+            data = capture_file.dumps(window)
+        else:
+            samples, _ = self.telemetry_store.query(
+                None, tl.start_real_ns - 10**9, tl.end_real_ns + 10**9, 100_000
+            )
+            data = dumps(to_chrome_trace(tl, samples))
         summary = {
             "job_id": job.id,
             "window_id": tl.window_id,

@@ -5,6 +5,7 @@ Commands, one per line:  "launch N"  -> N tiny in-place adds (launch-bound), pri
 Prints "ready" once CUDA is up and both workloads are warm.
 """
 
+import os
 import sys
 import time
 
@@ -12,6 +13,9 @@ import torch
 
 
 def main() -> None:
+    cpus = os.environ.get("GITM_BENCH_CPUS")
+    if cpus:  # the same CPUs in every condition: process-to-process placement noise is not the shim's
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     torch.manual_seed(0)
     small = torch.zeros(256, device="cuda")
     model = torch.nn.Sequential(

@@ -47,9 +47,15 @@ def dumps(w: WindowResult) -> bytes:
         arrays[f"p{i}_clock_pairs"] = np.ascontiguousarray(p.clock_pairs).view(np.uint8).reshape(-1)
         procs.append({"pid": p.pid, "status": dataclasses.asdict(p.status), "names": p.records.names})
     meta = {
-        "format": FORMAT, "version": VERSION, "abi_version": load().version, "job_id": w.job_id,
-        "window_id": w.window_id, "start_real_ns": w.start_real_ns, "end_real_ns": w.end_real_ns,
-        "notes": w.notes, "processes": procs,
+        "format": FORMAT,
+        "version": VERSION,
+        "abi_version": load().version,
+        "job_id": w.job_id,
+        "window_id": w.window_id,
+        "start_real_ns": w.start_real_ns,
+        "end_real_ns": w.end_real_ns,
+        "notes": w.notes,
+        "processes": procs,
     }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     buf = io.BytesIO()
@@ -93,8 +99,12 @@ def loads(data: bytes | Path, abi: Abi | None = None) -> WindowResult:
             pairs = _view(npz[f"p{i}_clock_pairs"], pair_dtype, f"process {i} clock pairs")
             procs.append(ProcessWindow(int(pm["pid"]), status, Decoded(**arrays, names=names), pairs))
         return WindowResult(
-            str(meta["job_id"]), int(meta["window_id"]), int(meta["start_real_ns"]), int(meta["end_real_ns"]),
-            procs, [str(n) for n in meta.get("notes", [])],
+            str(meta["job_id"]),
+            int(meta["window_id"]),
+            int(meta["start_real_ns"]),
+            int(meta["end_real_ns"]),
+            procs,
+            [str(n) for n in meta.get("notes", [])],
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CaptureFileError(f"malformed capture file: {e}") from e

@@ -171,7 +171,7 @@ class NvmlBackend(TelemetryBackend):
                 int(call("clock_event_reasons", self._reasons_fn, h))
             )
         with b.reading("processes"):
-            procs = call("processes", nv.nvmlDeviceGetComputeProcesses, h)
+            procs = call("processes", nv.nvmlDeviceGetComputeRunningProcesses, h)
             b.values["processes"] = tuple(
                 GpuProcess(
                     pid=int(p.pid),

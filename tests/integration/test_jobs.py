@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gitmd.capture import capture_file
 from gitmd.capture.ring import Ring
 from tests.integration.conftest import ROOT, Daemon, command, ctl, ctl_json
 
@@ -117,8 +118,12 @@ def test_trace_opens_a_window_the_shim_acknowledges(daemon: Daemon, short_tmp: P
     assert trace["otherData"]["job_id"] == job_id and "traceEvents" in trace
     # Without a GPU driver CUPTI cannot subscribe: the shim says so instead of capturing.
     assert any("not capturing" in n for n in summary.get("notes", [])), summary
+    raw = short_tmp / "capture.npz"
+    ctl(daemon.socket, "trace", "tr", "--duration", "0.3", "--raw", "-o", str(raw))
+    window = capture_file.loads(raw)
+    assert window.job_id == job_id and window.processes[0].status.pid > 0
     job = ctl_json(daemon.socket, "job", job_id)
-    assert job["windows"] == 1
+    assert job["windows"] == 2
     assert job["processes"][0]["status"] in ("stepped_aside", "idle")
     stop.touch()
     assert proc.wait(30) == 0

@@ -112,6 +112,6 @@ class FakeNvml:
         self._maybe_fail("pcie")
         return 2000 if counter == NVML_PCIE_UTIL_RX_BYTES else 500
 
-    def nvmlDeviceGetComputeProcesses(self, h: int) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         self._maybe_fail("processes")
         return self.procs

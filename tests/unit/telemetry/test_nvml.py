@@ -103,3 +103,21 @@ def test_close_shuts_nvml_down_once() -> None:
     b.close()
     b.close()
     assert fake.shutdowns == 1
+
+
+def test_every_nvml_name_used_exists_in_the_real_binding() -> None:
+    """The fake can only mirror names we believe in; this checks them against nvidia-ml-py itself."""
+    import re
+    from pathlib import Path
+
+    import pynvml
+
+    import gitmd.telemetry.nvml as mod
+
+    source = Path(mod.__file__).read_text()
+    used = set(re.findall(r"\bnv\.(nvml\w+|NVML_\w+)", source))
+    assert used, "the pattern must find the calls"
+    missing = sorted(n for n in used if not hasattr(pynvml, n))
+    assert not missing, f"not in pynvml: {missing}"
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        assert name in source
