@@ -3,13 +3,14 @@
 Every probe process is pinned to the same CPUs (GITM_BENCH_CPUS, default 2,3), so that where the
 scheduler happens to place a process does not pass for the shim's cost.
 
-Conditions: (a) no shim; (b) shim loaded, no window open (CUPTI activity off); (c) a window open
-(kernel, copy, memset, sync and memory activity on). (a) and (b) need separate processes, so the
-run alternates a no-shim and a shim process, REPEATS of each; inside a shim process (b) and (c)
-alternate ABAB, the benchmark itself opening and closing windows through the ring's control page
-as gitmd does. Each process warms up first, and one window is opened and closed before measuring
-(the first enable instruments loaded modules). Figures are medians; the amortised cost at a duty
-cycle of D s every P s is (D*c + (P-D)*b) / P against a.
+Conditions: (a) no shim; (b0) shim loaded, no window opened yet; (b) shim, windows closed after
+some were open; (c) a window open (kernel, copy, memset, sync and memory activity on). (b) is
+measured for both ways of closing a window: "detach" (cuptiFinalize after the window, the default)
+and "disable" (cuptiActivityDisable only, GITM_SHIM_DETACH=0). Separate processes are needed for
+(a) and each shim strategy, so the run rotates a plain, a detach and a disable process, REPEATS of
+each; inside a shim process (b) and (c) alternate ABAB, the benchmark itself opening and closing
+windows through the ring's control page as gitmd does. Figures are medians; the amortised cost at
+a duty cycle of D s every P s is (D*c + (P-D)*b) / P against a.
 
     python bench/shim_overhead.py --repeats 5 --json out.json
 """
@@ -38,13 +39,16 @@ WORKLOADS = {"launch": ("launch", 20000, "µs/op"), "train": ("train", 60, "ms/s
 
 
 class Probe:
-    def __init__(self, shim: bool, tmp: Path) -> None:
+    def __init__(self, kind: str, tmp: Path) -> None:
         env = dict(os.environ)
         env.setdefault("GITM_BENCH_CPUS", "2,3")
+        self.kind = kind
         self.ring: Ring | None = None
-        if shim:
+        self.open_latency_ms: list[float] = []
+        if kind != "plain":
             d = Path(tempfile.mkdtemp(dir=tmp))
             env.update(GITM_JOB_DIR=str(d), CUDA_INJECTION64_PATH=str(SHIM), GITM_RING_RECORDS=str(1 << 20))
+            env["GITM_SHIM_DETACH"] = "1" if kind == "detach" else "0"
             self.dir = d
         self.p = subprocess.Popen(
             [sys.executable, str(PROBE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
@@ -53,15 +57,18 @@ class Probe:
         line = self.p.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"probe did not start: {line!r}")
-        if shim:
+        if kind != "plain":
             rings = list(self.dir.glob("ring-*.gitm"))
             if len(rings) != 1:
                 raise RuntimeError(f"expected one ring in {self.dir}, found {rings}")
             self.ring = Ring(rings[0])
-            self.window(True)  # warm-up window: the first enable instruments the loaded modules
-            self.run("launch", 2000)
-            self.run("train", 5)
-            self.window(False)
+
+    def warm_window(self) -> None:
+        """The first enable instruments the loaded modules: not part of the steady state."""
+        self.window(True)
+        self.run("launch", 2000)
+        self.run("train", 5)
+        self.window(False)
 
     def run(self, cmd: str, n: int) -> float:
         assert self.p.stdin is not None and self.p.stdout is not None
@@ -71,18 +78,22 @@ class Probe:
 
     def window(self, open_: bool) -> None:
         assert self.ring is not None
+        t0 = time.monotonic()
         seq = self.ring.open_window(1, KINDS_ALL, 250, 600_000) if open_ else self.ring.close_window()
-        deadline = time.monotonic() + 10
+        deadline = t0 + 30
         while not self.ring.acked(seq):
             if time.monotonic() > deadline:
                 raise RuntimeError("the shim did not acknowledge the window")
-            time.sleep(0.002)
-        if self.ring.status().status not in ("capturing" if open_ else "idle",):
+            time.sleep(0.001)
+        if open_:
+            self.open_latency_ms.append((time.monotonic() - t0) * 1e3)
+        want = "capturing" if open_ else "idle"
+        if self.ring.status().status != want:
             raise RuntimeError(f"shim status {self.ring.status()}")
         self.ring.drain()
 
-    def close(self) -> dict[str, int]:
-        counts = {}
+    def close(self) -> dict[str, float]:
+        counts: dict[str, float] = {}
         if self.ring is not None:
             st = self.ring.status()
             counts = {
@@ -90,6 +101,8 @@ class Probe:
                 "cupti_drops": st.cupti_drops,
                 "records": st.records_written,
             }
+            if self.open_latency_ms:
+                counts["window_open_ms_median"] = statistics.median(self.open_latency_ms)
             self.ring.close()
         assert self.p.stdin is not None
         self.p.stdin.close()
@@ -97,10 +110,13 @@ class Probe:
         return counts
 
 
+CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=5, help="processes of each kind")
-    ap.add_argument("--inner", type=int, default=3, help="measurements per condition inside a process")
+    ap.add_argument("--repeats", type=int, default=4, help="processes of each kind")
+    ap.add_argument("--inner", type=int, default=2, help="measurements per condition inside a process")
     ap.add_argument("--duty", default="2,30", help="window seconds, period seconds")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -109,67 +125,66 @@ def main() -> int:
     if not SHIM.exists():
         raise SystemExit(f"{SHIM} is missing: make -C shim")
     tmp = Path(tempfile.mkdtemp(prefix="gitm-overhead-"))
-    samples: dict[str, dict[str, list[float]]] = {w: {"a": [], "b": [], "c": []} for w in WORKLOADS}
-    drops = []
+    samples: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
+    extra: list[dict[str, float]] = []
+    kinds = ["plain", "detach", "disable"]
     for rep in range(args.repeats):
-        for shim in (False, True) if rep % 2 == 0 else (True, False):
-            probe = Probe(shim, tmp)
-            per: dict[str, dict[str, list[float]]] = {w: {"a": [], "b": [], "c": []} for w in WORKLOADS}
-            for _ in range(args.inner):
-                for w, (cmd, n, _) in WORKLOADS.items():
-                    if not shim:
+        order = kinds[rep % 3 :] + kinds[: rep % 3]
+        for kind in order:
+            probe = Probe(kind, tmp)
+            per: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
+            if kind == "plain":
+                for _ in range(args.inner):
+                    for w, (cmd, n, _) in WORKLOADS.items():
                         per[w]["a"].append(probe.run(cmd, n))
-                        continue
-                    per[w]["b"].append(probe.run(cmd, n))
-                    probe.window(True)
-                    per[w]["c"].append(probe.run(cmd, n))
-                    probe.window(False)
-            drops.append(probe.close())
+            else:
+                for _ in range(args.inner):
+                    for w, (cmd, n, _) in WORKLOADS.items():
+                        per[w]["b0"].append(probe.run(cmd, n))
+                probe.warm_window()
+                for _ in range(args.inner):
+                    for w, (cmd, n, _) in WORKLOADS.items():
+                        per[w][f"b_{kind}"].append(probe.run(cmd, n))
+                        probe.window(True)
+                        per[w][f"c_{kind}"].append(probe.run(cmd, n))
+                        probe.window(False)
+            extra.append({"kind": kind, **probe.close()})  # type: ignore[dict-item]
             for w in WORKLOADS:
                 for cond, vals in per[w].items():
                     if vals:
                         samples[w][cond].append(statistics.median(vals))
-            print(
-                f"repeat {rep + 1}/{args.repeats} {'shim' if shim else 'plain'}: "
-                + ", ".join(
-                    f"{w} {', '.join(f'{c}={statistics.median(v):.3f}' for c, v in per[w].items() if v)}"
-                    for w in WORKLOADS
-                ),
-                flush=True,
+            shown = ", ".join(
+                f"{w} " + " ".join(f"{c}={statistics.median(v):.3f}" for c, v in per[w].items() if v)
+                for w in WORKLOADS
             )
+            print(f"repeat {rep + 1}/{args.repeats} {kind}: {shown}", flush=True)
     window_s, period_s = (float(x) for x in args.duty.split(","))
-    result = {}
-    print(f"\nshim overhead, median of {args.repeats} processes per condition, {args.inner} runs each")
-    cols = [
-        "workload",
-        "(a) no shim",
-        "(b) shim, window closed",
-        "(c) window open",
-        "(b)/(a)",
-        "(c)/(a)",
-        "duty-cycle amortised",
-    ]
-    print("| " + " | ".join(cols) + " |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    result: dict[str, object] = {}
+    print(
+        f"\nshim overhead, median of {args.repeats} processes per kind, {args.inner} runs per condition each"
+    )
+    print(
+        "| workload | (a) no shim | (b0) shim, no window yet | (b) closed, detach | (c) open, detach "
+        "| (b) closed, disable | (c) open, disable | amortised, detach |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, (_, n, unit) in WORKLOADS.items():
-        a, b, c = (statistics.median(samples[w][k]) for k in "abc")
-        amort = (window_s * c + (period_s - window_s) * b) / period_s
-        result[w] = {
-            "a": a,
-            "b": b,
-            "c": c,
-            "unit": unit,
-            "n": n,
-            "b_over_a": b / a,
-            "c_over_a": c / a,
-            "amortised_over_a": amort / a,
-            "samples": samples[w],
-        }
+        m = {c: statistics.median(samples[w][c]) for c in CONDS}
+        a = m["a"]
+        amort = (window_s * m["c_detach"] + (period_s - window_s) * m["b_detach"]) / period_s
+        result[w] = {"median": m, "unit": unit, "n": n, "amortised_detach": amort, "samples": samples[w]}
+
+        def pct(v: float, a: float = a) -> str:
+            return f"{v:.3f} ({100 * (v / a - 1):+.1f}%)"
+
         print(
-            f"| {w} ({n}) | {a:.3f} {unit} | {b:.3f} | {c:.3f} | {100 * (b / a - 1):+.2f}% | "
-            f"{100 * (c / a - 1):+.2f}% | {100 * (amort / a - 1):+.2f}% |"
+            f"| {w} ({n}) | {a:.3f} {unit} | {pct(m['b0'])} | {pct(m['b_detach'])} | {pct(m['c_detach'])} | "
+            f"{pct(m['b_disable'])} | {pct(m['c_disable'])} | {100 * (amort / a - 1):+.2f}% |"
         )
-    result["drops"] = drops
+    lat = [e["window_open_ms_median"] for e in extra if "window_open_ms_median" in e]
+    if lat:
+        print(f"window open, request to acknowledgement: median {statistics.median(lat):.1f} ms")
+    result["processes"] = extra
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# As the systemd unit runs it (packaging/systemd/gitmd.service, Environment=).
+UNIT_ENV = {"MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -33,6 +35,27 @@ def status_kb(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1])
     return 0
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        out[key] = int(value.split()[0])  # kB
+    return out
+
+
+def top_mappings(pid: int, n: int = 6) -> list[tuple[str, int]]:
+    """The mappings holding most resident memory: where the RSS is."""
+    sizes: dict[str, int] = {}
+    name = "?"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        parts = line.split()
+        if "-" in parts[0] and len(parts) >= 5 and ":" not in parts[0]:
+            name = parts[5] if len(parts) > 5 else "[anon]"
+        elif parts[0] == "Rss:":
+            sizes[name] = sizes.get(name, 0) + int(parts[1])
+    return sorted(sizes.items(), key=lambda kv: -kv[1])[:n]
 
 
 def gitmd_cmd() -> list[str]:
@@ -58,8 +81,12 @@ def main() -> int:
             f"[metrics]\nport = {19500 + i}\n"
         )
         log = open(tmp / f"{backend}.log", "wb")  # noqa: SIM115
+        env = {**os.environ, **UNIT_ENV}
         procs[backend] = subprocess.Popen(
-            [*gitmd_cmd(), "--config", str(cfg), "--prefix", str(tmp / backend)], stdout=log, stderr=log
+            [*gitmd_cmd(), "--config", str(cfg), "--prefix", str(tmp / backend)],
+            stdout=log,
+            stderr=log,
+            env=env,
         )
     try:
         deadline = time.monotonic() + 30
@@ -85,6 +112,8 @@ def main() -> int:
                 "rss_mb": status_kb(p.pid, "VmRSS") / 1024,
                 "peak_rss_mb": status_kb(p.pid, "VmHWM") / 1024,
                 "threads": status_kb(p.pid, "Threads"),
+                "smaps_rollup_kb": smaps_rollup(p.pid),
+                "top_mappings_kb": top_mappings(p.pid),
                 "interval_s": args.interval,
             }
     finally:
@@ -102,6 +131,13 @@ def main() -> int:
         print(
             f"| {b} | {r['cpu_pct_of_one_core']:.2f} | {r['cpu_s']:.2f} | {r['rss_mb']:.1f} | "
             f"{r['peak_rss_mb']:.1f} | {r['threads']} |"
+        )
+    for b, r in results.items():
+        roll = r["smaps_rollup_kb"]
+        print(
+            f"{b}: PSS {roll.get('Pss', 0) / 1024:.1f} MB (anonymous {roll.get('Pss_Anon', 0) / 1024:.1f}, "
+            f"file {roll.get('Pss_File', 0) / 1024:.1f}); largest: "
+            + ", ".join(f"{Path(k).name} {v / 1024:.1f}" for k, v in r["top_mappings_kb"])
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -13,6 +13,10 @@
  *      heartbeat goes stale) it disables the kinds, flushes, and writes the closing marker.
  *   3. CUPTI hands completed buffers to BufferCompleted, which turns each activity record into a
  *      64-byte ring record (kernel names interned: a NAME record the first time a name is seen).
+ *   4. Disabling activity leaves a residual per-launch cost (seen on the H200: +42% on a
+ *      launch-bound loop; pytorch#144455). So after a window closes the shim detaches CUPTI with
+ *      cuptiFinalize, from the next driver API exit callback as NVIDIA advises; the next window
+ *      attaches it again. GITM_SHIM_DETACH=0 keeps disable-only (bench/shim_overhead.py compares).
  *
  * Fail open: no exit/abort, no signal handlers, no CUDA calls inside CUPTI callbacks. Any error
  * switches the shim off (status OFF with the reason in the ring header) and the job runs on.
@@ -51,7 +55,12 @@ static struct {
     uint32_t window_id;
     uint64_t last_flush_ns;
     size_t buffer_bytes;
-} g = {.once = PTHREAD_ONCE_INIT};
+    int detach;                  /* detach CUPTI (cuptiFinalize) when a window closes */
+    int detach_pending;          /* set at close; taken by the next driver API exit callback */
+    CUpti_SubscriberHandle detach_sub;
+    int detach_subscribed;
+    pthread_mutex_t cupti_lock;  /* serialises finalize (app thread) with window changes (control thread) */
+} g = {.once = PTHREAD_ONCE_INIT, .cupti_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t mono_ns(void)
 {
@@ -314,6 +323,49 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
+/* ---- detaching CUPTI between windows ----------------------------------------------------------- */
+
+static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *info)
+{
+    (void)u;
+    (void)d;
+    (void)c;
+    const CUpti_CallbackData *cb = info;
+    if (cb->callbackSite != CUPTI_API_EXIT || !__atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE))
+        return;
+    if (pthread_mutex_trylock(&g.cupti_lock) != 0)
+        return; /* the control thread is changing the window: try at the next call */
+    if (__atomic_exchange_n(&g.detach_pending, 0, __ATOMIC_ACQ_REL)) {
+        cuptiFinalize(); /* drops every subscription, ours included */
+        g.detach_subscribed = 0;
+    }
+    pthread_mutex_unlock(&g.cupti_lock);
+}
+
+/* Called with cupti_lock held. */
+static void request_detach(void)
+{
+    if (!g.detach)
+        return;
+    if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
+        return; /* someone else holds the subscriber slot: leave CUPTI attached */
+    if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
+        cuptiUnsubscribe(g.detach_sub);
+        return;
+    }
+    g.detach_subscribed = 1;
+    __atomic_store_n(&g.detach_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* Called with cupti_lock held: a detach asked for but not done yet is cancelled. */
+static void cancel_detach(void)
+{
+    if (__atomic_exchange_n(&g.detach_pending, 0, __ATOMIC_ACQ_REL) || g.detach_subscribed) {
+        cuptiUnsubscribe(g.detach_sub);
+        g.detach_subscribed = 0;
+    }
+}
+
 /* ---- windows ---------------------------------------------------------------------------------- */
 
 static const struct {
@@ -367,10 +419,12 @@ static void close_window(const char *why)
     g.window_id = 0;
     g.ring.hdr->window_id = 0;
     gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, why);
+    request_detach();
 }
 
 static void open_window(uint32_t id, uint32_t mask)
 {
+    cancel_detach();
     int other = other_subscriber_present();
     if (other != 0) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, other > 0 ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : -other,
@@ -429,10 +483,12 @@ static void step(void)
     uint32_t seq = __atomic_load_n(&c->window_seq, __ATOMIC_ACQUIRE);
     if (seq != g.applied_seq) {
         uint32_t want_open = c->window_open, id = c->window_id, mask = c->kinds_mask & GITM_KIND_ALL;
+        pthread_mutex_lock(&g.cupti_lock);
         if (g.window_id && (!want_open || id != g.window_id))
             close_window("window closed by the daemon");
         if (want_open && !g.window_id)
             open_window(id, mask);
+        pthread_mutex_unlock(&g.cupti_lock);
         g.applied_seq = seq;
         __atomic_store_n(&c->window_ack, seq, __ATOMIC_RELEASE);
     }
@@ -441,7 +497,9 @@ static void step(void)
         uint64_t timeout = (c->heartbeat_timeout_ms ? c->heartbeat_timeout_ms : 10000) * 1000000ULL;
         uint64_t beat = __atomic_load_n(&c->heartbeat_mono_ns, __ATOMIC_ACQUIRE);
         if (beat + timeout < now) {
+            pthread_mutex_lock(&g.cupti_lock);
             close_window("daemon heartbeat stale: window closed by the shim");
+            pthread_mutex_unlock(&g.cupti_lock);
         } else {
             uint64_t every = (c->flush_interval_ms ? c->flush_interval_ms : 500) * 1000000ULL;
             if (now - g.last_flush_ns >= every) {
@@ -502,6 +560,8 @@ static void initialize(void)
     if (!dir || !*dir)
         return; /* not launched by gitmd: stay out of the way */
     g.pid = getpid();
+    const char *detach = getenv("GITM_SHIM_DETACH");
+    g.detach = !(detach && strcmp(detach, "0") == 0);
     g.buffer_bytes = env_size("GITM_CUPTI_BUFFER_BYTES", DEFAULT_BUFFER_BYTES, 1u << 16, 256u << 20);
     char err[256];
     uint64_t records = env_size("GITM_RING_RECORDS", DEFAULT_RING_RECORDS, 64, 1u << 24);

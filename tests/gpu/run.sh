@@ -38,7 +38,7 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]=$(tail -1 "$OUTDIR/pytest-gpu.log")
       ;;
     shim-overhead)
-      python3 bench/shim_overhead.py --repeats 6 --json "$OUTDIR/shim-overhead.json" 2>&1 | tee "$OUTDIR/shim-overhead.md"
+      python3 bench/shim_overhead.py --repeats 4 --json "$OUTDIR/shim-overhead.json" 2>&1 | tee "$OUTDIR/shim-overhead.md"
       RESULT[$part]=$(grep -E '^\| (launch|train)' "$OUTDIR/shim-overhead.md" | tr '\n' ' ' || echo "failed")
       ;;
     telemetry-cost)
