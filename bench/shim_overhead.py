@@ -31,18 +31,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gitmd.capture.ring import Ring  # noqa: E402
+from gitmd.capture.windows import KIND_BITS  # noqa: E402
 
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
 PROBE = ROOT / "bench" / "workloads" / "overhead_probe.py"
-KINDS_ALL = 31
 WORKLOADS = {"launch": ("launch", 20000, "µs/op"), "train": ("train", 60, "ms/step")}
 
 
 class Probe:
-    def __init__(self, kind: str, tmp: Path) -> None:
+    def __init__(self, kind: str, tmp: Path, window_mask: int) -> None:
         env = dict(os.environ)
         env.setdefault("GITM_BENCH_CPUS", "2,3")
         self.kind = kind
+        self.window_mask = window_mask
         self.ring: Ring | None = None
         self.open_latency_ms: list[float] = []
         if kind != "plain":
@@ -79,7 +80,7 @@ class Probe:
     def window(self, open_: bool) -> None:
         assert self.ring is not None
         t0 = time.monotonic()
-        seq = self.ring.open_window(1, KINDS_ALL, 250, 600_000) if open_ else self.ring.close_window()
+        seq = self.ring.open_window(1, self.window_mask, 250, 600_000) if open_ else self.ring.close_window()
         deadline = t0 + 30
         while not self.ring.acked(seq):
             if time.monotonic() > deadline:
@@ -119,7 +120,18 @@ def main() -> int:
     ap.add_argument("--inner", type=int, default=2, help="measurements per condition inside a process")
     ap.add_argument("--duty", default="2,30", help="window seconds, period seconds")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--window-kinds",
+        default="kernel,memcpy,memset,sync,memory",
+        help="activity kinds a window turns on (compare kernel alone against all)",
+    )
+    ap.add_argument("--kinds", default="plain,detach,disable", help="process kinds to rotate")
+    ap.add_argument("--workloads", default="launch,train")
     args = ap.parse_args()
+    window_mask = sum(KIND_BITS[k] for k in args.window_kinds.split(","))
+    for w in list(WORKLOADS):
+        if w not in args.workloads.split(","):
+            del WORKLOADS[w]
     if len(os.sched_getaffinity(0)) < 4:
         os.environ.setdefault("GITM_BENCH_CPUS", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
     if not SHIM.exists():
@@ -127,11 +139,11 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gitm-overhead-"))
     samples: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
     extra: list[dict[str, float]] = []
-    kinds = ["plain", "detach", "disable"]
+    kinds = args.kinds.split(",")
     for rep in range(args.repeats):
-        order = kinds[rep % 3 :] + kinds[: rep % 3]
+        order = kinds[rep % len(kinds) :] + kinds[: rep % len(kinds)]
         for kind in order:
-            probe = Probe(kind, tmp)
+            probe = Probe(kind, tmp, window_mask)
             per: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
             if kind == "plain":
                 for _ in range(args.inner):
@@ -169,7 +181,7 @@ def main() -> int:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, (_, n, unit) in WORKLOADS.items():
-        m = {c: statistics.median(samples[w][c]) for c in CONDS}
+        m = {c: statistics.median(samples[w][c]) if samples[w][c] else float("nan") for c in CONDS}
         a = m["a"]
         amort = (window_s * m["c_detach"] + (period_s - window_s) * m["b_detach"]) / period_s
         result[w] = {"median": m, "unit": unit, "n": n, "amortised_detach": amort, "samples": samples[w]}

@@ -64,6 +64,9 @@ _SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"
 def main(argv: list[str] | None = None) -> int:
     for var in _SINGLE_THREADED:  # before anything imports numpy
         os.environ.setdefault(var, "1")
+    # sqlite-utils imports pandas at import time when it is installed (and pandas pulls in pyarrow):
+    # tens of MB the daemon never uses. Seen on the GPU host, whose Python has pandas.
+    sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
     args = parse_args(argv)
     try:
         cfg = build_config(args)
