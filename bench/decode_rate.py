@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gitmd.capture.decode import NameTable, decode  # noqa: E402
+from gitmd.capture.decode import NameTable, drain_decode  # noqa: E402
 from gitmd.capture.ring import Ring  # noqa: E402
 
 WRITER = ROOT / "shim" / "build" / "ring_writer"
@@ -79,14 +79,14 @@ def main() -> int:
         snapshot = ring._words.copy()
         head = int(ring.hdr["head"])
         t0 = time.perf_counter()
-        cold_n = decode(ring.drain(), names=NameTable()).count
+        cold_n = drain_decode(ring, NameTable()).count
         cold = cold_n / (time.perf_counter() - t0)
         for _ in range(args.repeats):  # interleaved: vectorised, then naive, on the same ring contents
             np.copyto(ring._words, snapshot)
             ring.hdr["tail"] = 0
             ring.hdr["head"] = head
             t0 = time.perf_counter()
-            d = decode(ring.drain(), names=NameTable())
+            d = drain_decode(ring, NameTable())
             fast.append(d.count / (time.perf_counter() - t0))
             assert d.count == args.records, d.count
             np.copyto(ring._words, snapshot)

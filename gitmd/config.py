@@ -113,6 +113,8 @@ class Config:
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
                     value = oct(value)
+                if isinstance(value, tuple):
+                    value = ",".join(value)
                 out[f"{section}.{f.name}"] = "" if value is None else str(value)
         out["daemon.socket"] = str(self.daemon.socket_path)
         out["config.source"] = str(self.source) if self.source else "(built-in defaults)"

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gitmd.capture.abi import Abi, load
+from gitmd.capture.ring import Ring
 
 
 @dataclass
@@ -55,14 +56,16 @@ class NameTable:
 
 
 def decode(raw: np.ndarray, abi: Abi | None = None, names: NameTable | None = None) -> Decoded:
-    """Split ``raw`` (records as drained) by type; ``names`` carries one process's names across drains.
+    """Split ``raw`` (records as drained, or rows from Ring.peek) by type; ``names`` carries one
+    process's names across drains. Nothing returned aliases ``raw``.
 
     One stable sort by type and one row gather of plain 64-byte rows, then a zero-copy dtype view
     per type: record order (time order within a producer) is kept inside each type.
     """
     a = abi or load()
     names = NameTable() if names is None else names
-    rows = np.ascontiguousarray(raw).view("<u8").reshape(-1, 8)
+    rows = raw if raw.dtype == np.dtype("<u8") and raw.ndim == 2 else np.ascontiguousarray(raw).view("<u8")
+    rows = rows.reshape(-1, 8)
     types = rows.view(np.uint8)[:, 8]
     order = np.argsort(types, kind="stable")
     grouped = rows[order]
@@ -126,3 +129,12 @@ def demangle(name: str) -> str:
         return ctypes.string_at(ptr).decode("utf-8", "replace")
     finally:
         ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+
+
+def drain_decode(ring: Ring, names: NameTable | None = None, abi: Abi | None = None) -> Decoded:
+    """Decode straight from the mapped ring (the type-sorting gather is the only copy), then give
+    the slots back to the producers."""
+    rows, n = ring.peek()
+    decoded = decode(rows, abi or ring.abi, names)
+    ring.advance(n)
+    return decoded

@@ -126,26 +126,37 @@ class Ring:
         head, tail = int(self.hdr["head"]), int(self.hdr["tail"])
         return max(0, min(head - tail, self.capacity))
 
-    def drain(self, max_records: int | None = None) -> np.ndarray:
-        """Copy the published records from tail on (in order) and advance tail past them."""
+    def peek(self, max_records: int | None = None) -> tuple[np.ndarray, int]:
+        """The published records from tail on as rows of 8 words — a view of the mapping unless the
+        range wraps — and their count. Call ``advance`` once they have been copied out."""
         tail = int(self.hdr["tail"])
         head = int(self.hdr["head"])
         n = head - tail
         if n <= 0:
-            return np.empty(0, dtype=self.abi.record)
+            return self._words[:0], 0
         n = min(n, self.capacity, max_records or self.capacity)
         start = tail & self.mask
         first = min(n, self.capacity - start)
         parts = [self._words[start : start + first]]
         if n > first:
             parts.append(self._words[: n - first])  # wrapped around
-        # Check the sequence numbers first; only slots found published are kept from the copy.
+        # Sequence numbers first; only slots found published are handed out.
         seq = np.concatenate([p[:, 0] for p in parts]) if len(parts) > 1 else parts[0][:, 0]
         published = seq == np.arange(tail + 1, tail + n + 1, dtype=np.uint64)
         if not published.all():
             n = int(np.argmin(published))  # stop at the first slot still being written
-        out = np.concatenate(parts)[:n] if len(parts) > 1 else parts[0][:n].copy()
-        self.hdr["tail"] = tail + n
+        rows = np.concatenate(parts)[:n] if len(parts) > 1 else parts[0][:n]
+        return rows, n
+
+    def advance(self, n: int) -> None:
+        """Give ``n`` slots back to the producers (after their contents were copied out)."""
+        self.hdr["tail"] = int(self.hdr["tail"]) + n
+
+    def drain(self, max_records: int | None = None) -> np.ndarray:
+        """Copy the published records from tail on (in order) and advance tail past them."""
+        rows, n = self.peek(max_records)
+        out = rows.copy()
+        self.advance(n)
         return out.view(self.abi.record).reshape(-1)
 
     def status(self) -> RingStatus:

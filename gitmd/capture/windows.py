@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from gitmd.capture.abi import Abi
-from gitmd.capture.decode import Decoded, NameTable, decode
+from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
 
 log = logging.getLogger(__name__)
@@ -177,8 +177,7 @@ class CaptureManager:
             end_real = time.time_ns()
             procs = []
             for pc in live.values():
-                raw = pc.ring.drain()
-                decoded = decode(raw, self.abi, pc.names)
+                decoded = drain_decode(pc.ring, pc.names, self.abi)
                 status = pc.ring.status()
                 if status.status in ("stepped_aside", "off"):
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")

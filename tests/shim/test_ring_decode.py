@@ -175,3 +175,25 @@ def test_control_page_round_trip(write_ring: WriteRing) -> None:
     assert seq2 == seq + 1 and int(ring.ctl["window_open"]) == 0
     with pytest.raises(TimeoutError):
         ring.knob(1, timeout_s=0.05)
+
+
+def test_drain_across_the_wrap_keeps_order(write_ring: WriteRing) -> None:
+    """Republish records past the end of a small ring (as a producer would) and read them back."""
+    from gitmd.capture.decode import drain_decode
+
+    ring = Ring(write_ring(40, 64))
+    first = ring._words[: int(ring.hdr["head"])].copy()
+    drain_decode(ring)
+    start = int(ring.hdr["tail"])
+    assert start > 40
+    kernels = first[first.view(np.uint8)[:, 8] == 1]
+    for k, pos in enumerate(range(start, start + 50)):  # 50 more: wraps past slot 63
+        row = kernels[k % len(kernels)].copy()
+        row[0] = pos + 1  # seq: published
+        row[2] = 10_000 + k  # start_ns, to check order
+        ring._words[pos & ring.mask] = row
+    ring.hdr["head"] = start + 50
+    d = drain_decode(ring)
+    assert len(d.kernels) == 50
+    assert d.kernels["start_ns"].tolist() == list(range(10_000, 10_050))
+    assert ring.pending() == 0
