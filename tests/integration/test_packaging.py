@@ -51,6 +51,9 @@ def test_contents(deb: Path) -> None:
     assert any(p.endswith("/gitmd/api/_generated/gitm/v1/gitmd_pb2.py") for p in paths), (
         "generated code missing"
     )
+    if (ROOT / "shim" / "build" / "libgitm_shim.so").exists():
+        assert "/usr/lib/gitmd/libgitm_shim.so" in paths, "the built shim must be packaged"
+    assert any(p.endswith("/gitmd/store/migrations/0002_jobs.sql") for p in paths)
     info = subprocess.run(["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=True).stdout
     assert "Package: gitmd" in info and "Depends: python3." in info
     ctrl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True, check=True).stdout
