@@ -65,6 +65,8 @@ class CaptureConfig:
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     kinds: tuple[str, ...] = CAPTURE_KINDS
+    overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job
+    launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,12 @@ def _mode(v: Any) -> int:
     raise ValueError('must be an octal mode string such as "0660"')
 
 
+def _fraction(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise ValueError("must be a number greater than 0 and at most 1")
+    return float(v)
+
+
 def _kinds(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or any(k not in CAPTURE_KINDS for k in v):
         raise ValueError(f"must be a non-empty list drawn from {', '.join(CAPTURE_KINDS)}")
@@ -212,6 +220,8 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
         "kinds": _kinds,
+        "overhead_budget": _fraction,
+        "launch_cost_us": _nonneg_float,
     },
     "sim": {
         "gpus": _int_range(0, 64),

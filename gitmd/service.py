@@ -18,7 +18,7 @@ from typing import Any
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
-from gitmd.capture import capture_file
+from gitmd.capture import capture_file, duty
 from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
@@ -228,18 +228,31 @@ class Service:
 
     def _duty_window(self, job_id: str) -> None:
         assert self.capture is not None
+        c = self.config.capture
         try:
-            w = self.capture.capture(job_id, self.config.capture.window_duration_s)
-            log.debug(
-                "window %d of job %s: %d records",
-                w.window_id,
-                job_id,
-                sum(p.records.count for p in w.processes),
-            )
+            w = self.capture.capture(job_id, c.window_duration_s)
         except KeyError:
-            pass  # the job exited meanwhile
+            return  # the job exited meanwhile
         except Exception:
             log.exception("capture window of job %s failed", job_id)
+            return
+        kernels = sum(len(p.records.kernels) for p in w.processes)
+        window_s = (w.end_real_ns - w.start_real_ns) / 1e9
+        period = duty.next_period(kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us)
+        jc = self.capture.get(job_id)
+        if jc is None:
+            return
+        if period > c.window_every_s and abs(period - jc.period_s) > 0.1 * period:
+            log.info(
+                "job %s: %.0f kernel launches/s; a window every %.0f s keeps capture within %.1f%%",
+                job_id,
+                kernels / max(window_s, 1e-9),
+                period,
+                100 * c.overhead_budget,
+            )
+        jc.period_s = period
+        # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
+        jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
 
     def shutdown(self) -> None:
         self.alive.clear()

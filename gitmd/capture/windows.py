@@ -74,6 +74,8 @@ class JobCapture:
     lock: threading.Lock = field(default_factory=threading.Lock)
     windows: int = 0
     last: WindowResult | None = None
+    next_due_mono: float = 0.0  # the duty cycle's next window for this job
+    period_s: float = 0.0
 
 
 class CaptureManager:

@@ -214,3 +214,18 @@ def test_corrupt_ring_in_a_job_dir_is_ignored(daemon: Daemon, short_tmp: Path) -
     stop.touch()
     assert proc.wait(30) == 0
     assert ctl(daemon.socket, "status", check=False).returncode == 0
+
+
+@needs_shim
+def test_duty_cycle_opens_windows_by_itself(daemon_factory: Any, short_tmp: Path) -> None:
+    d = daemon_factory(
+        config_text='[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n'
+        "[capture]\nwindow_every_s = 1\nwindow_duration_s = 0.3\n"
+    )
+    proc, stop = run_job(d, short_tmp, "--name", "duty")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    job = wait_for(lambda: (j := ctl_json(d.socket, "job", job_id))["windows"] >= 2 and j, timeout_s=20)
+    assert job["processes"][0]["alive"]
+    stop.touch()
+    assert proc.wait(30) == 0

@@ -1,0 +1,26 @@
+"""How often to open a capture window on a job so that capture stays within its overhead budget.
+
+While a window is open every kernel launch pays CUPTI's activity cost (about 6 µs on the H200,
+bench/results/2026-12-02-shim-h200.md), so a job launching R kernels per second runs up to
+R x cost slower during the window. Its amortised overhead is that fraction times window/period;
+the period is stretched until it fits the budget, never shortened below the configured one.
+"""
+
+from __future__ import annotations
+
+MAX_PERIOD_S = 3600.0
+
+
+def slowdown_in_window(kernels: int, window_s: float, launch_cost_us: float) -> float:
+    """Upper bound of the fraction of time a window costs the job (launch-bound assumption)."""
+    if window_s <= 0:
+        return 0.0
+    return kernels / window_s * launch_cost_us * 1e-6
+
+
+def next_period(kernels: int, window_s: float, every_s: float, budget: float, launch_cost_us: float) -> float:
+    """Seconds until this job's next duty-cycle window."""
+    frac = slowdown_in_window(kernels, window_s, launch_cost_us)
+    if budget <= 0:
+        return MAX_PERIOD_S
+    return min(MAX_PERIOD_S, max(every_s, window_s * frac / budget))

@@ -1,0 +1,22 @@
+import pytest
+
+from gitmd.capture.duty import MAX_PERIOD_S, next_period, slowdown_in_window
+
+
+def test_a_quiet_job_keeps_the_configured_period() -> None:
+    # a training step: ~2000 launches/s costs ~1.2% inside a window; 2 s of 30 s is well under 1%
+    assert next_period(kernels=4000, window_s=2.0, every_s=30.0, budget=0.01, launch_cost_us=6.0) == 30.0
+
+
+def test_a_launch_bound_job_gets_windows_less_often() -> None:
+    # the H200 launch-bound loop: ~116k launches/s -> ~70% slower while a window is open
+    frac = slowdown_in_window(232_000, 2.0, 6.0)
+    assert frac == pytest.approx(0.696)
+    period = next_period(232_000, 2.0, 30.0, 0.01, 6.0)
+    assert period == pytest.approx(2.0 * 0.696 / 0.01)
+    assert frac * 2.0 / period == pytest.approx(0.01)  # amortised exactly at the budget
+
+
+def test_bounds() -> None:
+    assert next_period(10**12, 2.0, 30.0, 0.01, 6.0) == MAX_PERIOD_S
+    assert next_period(0, 0.0, 30.0, 0.01, 6.0) == 30.0
