@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gitmd.analysis.timeline import Timeline
+from gitmd.analysis.timeline import ProcessTimeline, Timeline
 from gitmd.telemetry.backend import GpuSample
 
 COPY_KINDS = {
@@ -47,119 +47,112 @@ def _us(ns: np.ndarray, base_ns: int) -> np.ndarray:
     return (ns.astype(np.int64) - base_ns) / 1000.0
 
 
+def _spans(
+    cat: str,
+    recs: np.ndarray,
+    pid: int,
+    base_ns: int,
+    names: list[str],
+    tids: list[int],
+    args: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Complete ("X") events for records with start and end times."""
+    ts = _us(recs["start_ns"], base_ns).tolist()
+    dur = ((recs["end_ns"].astype(np.int64) - recs["start_ns"].astype(np.int64)) / 1000.0).tolist()
+    return [
+        {"ph": "X", "cat": cat, "name": n, "pid": pid, "tid": t, "ts": a, "dur": d, "args": g}
+        for n, t, a, d, g in zip(names, tids, ts, dur, args, strict=True)
+    ]
+
+
+def _process_events(p: ProcessTimeline, base: int) -> list[dict[str, Any]]:
+    pid, r, origin = p.pid, p.records, base - p.offset_ns
+    k, m, s, y, mem = r.kernels, r.memcpys, r.memsets, r.syncs, r.memory
+    streams = sorted(
+        set(k["stream_id"].tolist()) | set(m["stream_id"].tolist()) | set(s["stream_id"].tolist())
+    )
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"pid {pid}"}}
+    ]
+    for tid, label in [(int(x), f"stream {x}") for x in streams] + [
+        (SYNC_TID, "sync"),
+        (MEMORY_TID, "memory"),
+    ]:
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+
+    kernel_names = [r.names.get(n, f"kernel#{n}") for n in k["name_id"].tolist()]
+    kernel_args = [
+        {"grid": [gx, gy, gz], "block": [bx, by, bz], "device": dev, "correlation": corr}
+        for gx, gy, gz, bx, by, bz, dev, corr in zip(
+            *(k[f].tolist() for f in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")),
+            k["device"].tolist(),
+            k["correlation_id"].tolist(),
+            strict=True,
+        )
+    ]
+    events += _spans("kernel", k, pid, origin, kernel_names, k["stream_id"].tolist(), kernel_args)
+
+    copy_names = [
+        f"{COPY_KINDS.get(c, f'copy{c}')} {MEM_KINDS.get(a, '?')}->{MEM_KINDS.get(b, '?')}"
+        for c, a, b in zip(
+            m["copy_kind"].tolist(), m["src_kind"].tolist(), m["dst_kind"].tolist(), strict=True
+        )
+    ]
+    events += _spans(
+        "memcpy",
+        m,
+        pid,
+        origin,
+        copy_names,
+        m["stream_id"].tolist(),
+        [{"bytes": b} for b in m["bytes"].tolist()],
+    )
+    events += _spans(
+        "memset",
+        s,
+        pid,
+        origin,
+        ["memset"] * len(s),
+        s["stream_id"].tolist(),
+        [{"bytes": b} for b in s["bytes"].tolist()],
+    )
+    events += _spans(
+        "sync",
+        y,
+        pid,
+        origin,
+        [SYNC_TYPES.get(t, "sync") for t in y["sync_type"].tolist()],
+        [SYNC_TID] * len(y),
+        [{"stream": st} for st in y["stream_id"].tolist()],
+    )
+    for t, op, size, addr, kind in zip(
+        _us(mem["start_ns"], origin).tolist(),
+        mem["op"].tolist(),
+        mem["bytes"].tolist(),
+        mem["address"].tolist(),
+        mem["mem_kind"].tolist(),
+        strict=True,
+    ):
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": "memory",
+                "name": f"{'alloc' if op == 1 else 'free'} {size} B",
+                "pid": pid,
+                "tid": MEMORY_TID,
+                "ts": t,
+                "args": {"address": hex(addr), "kind": MEM_KINDS.get(kind, "?")},
+            }
+        )
+    return events
+
+
 def to_chrome_trace(tl: Timeline, samples: list[GpuSample]) -> dict[str, Any]:
     base = tl.start_real_ns
     events: list[dict[str, Any]] = []
     for p in tl.processes:
-        pid = p.pid
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"pid {pid}"}})
-        r = p.records
-        k = r.kernels
-        streams = (
-            set(k["stream_id"].tolist())
-            | set(r.memcpys["stream_id"].tolist())
-            | set(r.memsets["stream_id"].tolist())
-        )
-        for s in sorted(streams):
-            events.append(
-                {"ph": "M", "name": "thread_name", "pid": pid, "tid": int(s), "args": {"name": f"stream {s}"}}
-            )
-        events.append(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": SYNC_TID, "args": {"name": "sync"}}
-        )
-        events.append(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": MEMORY_TID, "args": {"name": "memory"}}
-        )
-        off = p.offset_ns
-        ts = _us(k["start_ns"], base - off)
-        dur = (k["end_ns"].astype(np.int64) - k["start_ns"].astype(np.int64)) / 1000.0
-        for i in range(len(k)):
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": r.names.get(int(k["name_id"][i]), f"kernel#{int(k['name_id'][i])}"),
-                    "pid": pid,
-                    "tid": int(k["stream_id"][i]),
-                    "ts": float(ts[i]),
-                    "dur": float(dur[i]),
-                    "args": {
-                        "grid": [int(k["grid_x"][i]), int(k["grid_y"][i]), int(k["grid_z"][i])],
-                        "block": [int(k["block_x"][i]), int(k["block_y"][i]), int(k["block_z"][i])],
-                        "device": int(k["device"][i]),
-                        "correlation": int(k["correlation_id"][i]),
-                    },
-                }
-            )
-        m = r.memcpys
-        ts = _us(m["start_ns"], base - off)
-        dur = (m["end_ns"].astype(np.int64) - m["start_ns"].astype(np.int64)) / 1000.0
-        for i in range(len(m)):
-            kind = COPY_KINDS.get(int(m["copy_kind"][i]), f"copy{int(m['copy_kind'][i])}")
-            src, dst = MEM_KINDS.get(int(m["src_kind"][i]), "?"), MEM_KINDS.get(int(m["dst_kind"][i]), "?")
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "memcpy",
-                    "name": f"{kind} {src}->{dst}",
-                    "pid": pid,
-                    "tid": int(m["stream_id"][i]),
-                    "ts": float(ts[i]),
-                    "dur": float(dur[i]),
-                    "args": {"bytes": int(m["bytes"][i])},
-                }
-            )
-        s = r.memsets
-        ts = _us(s["start_ns"], base - off)
-        dur = (s["end_ns"].astype(np.int64) - s["start_ns"].astype(np.int64)) / 1000.0
-        for i in range(len(s)):
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "memset",
-                    "name": "memset",
-                    "pid": pid,
-                    "tid": int(s["stream_id"][i]),
-                    "ts": float(ts[i]),
-                    "dur": float(dur[i]),
-                    "args": {"bytes": int(s["bytes"][i])},
-                }
-            )
-        y = r.syncs
-        ts = _us(y["start_ns"], base - off)
-        dur = (y["end_ns"].astype(np.int64) - y["start_ns"].astype(np.int64)) / 1000.0
-        for i in range(len(y)):
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "sync",
-                    "name": SYNC_TYPES.get(int(y["sync_type"][i]), "sync"),
-                    "pid": pid,
-                    "tid": SYNC_TID,
-                    "ts": float(ts[i]),
-                    "dur": float(dur[i]),
-                    "args": {"stream": int(y["stream_id"][i])},
-                }
-            )
-        mem = r.memory
-        ts = _us(mem["start_ns"], base - off)
-        for i in range(len(mem)):
-            op = "alloc" if int(mem["op"][i]) == 1 else "free"
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "cat": "memory",
-                    "name": f"{op} {int(mem['bytes'][i])} B",
-                    "pid": pid,
-                    "tid": MEMORY_TID,
-                    "ts": float(ts[i]),
-                    "args": {
-                        "address": hex(int(mem["address"][i])),
-                        "kind": MEM_KINDS.get(int(mem["mem_kind"][i]), "?"),
-                    },
-                }
-            )
+        events += _process_events(p, base)
     gpus = sorted({smp.gpu_index for smp in samples})
     for g in gpus:
         events.append(

@@ -7,23 +7,9 @@ from typing import Any
 from gitmd.api.pb import pb
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
-from gitmd.telemetry.backend import GpuInfo, GpuSample
+from gitmd.telemetry.backend import BYTE_METRICS, FLOAT_METRICS, GpuInfo, GpuSample
 
-_OPTIONAL_SAMPLE_FIELDS = (
-    "utilization_gpu_pct",
-    "utilization_memory_pct",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "sm_clock_max_mhz",
-    "mem_clock_max_mhz",
-    "power_mw",
-    "power_limit_mw",
-    "temperature_c",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "pcie_rx_bytes_per_s",
-    "pcie_tx_bytes_per_s",
-)
+_OPTIONAL_SAMPLE_FIELDS = (*FLOAT_METRICS, *BYTE_METRICS)
 
 
 def status_to_pb(s: Status) -> Any:

@@ -13,7 +13,9 @@ from typing import Any
 
 from gitmd.store.db import Store
 from gitmd.telemetry.backend import (
+    BYTE_METRICS,
     CLOCK_EVENT_REASONS,
+    FLOAT_METRICS,
     FieldError,
     GpuProcess,
     GpuSample,
@@ -22,20 +24,8 @@ from gitmd.telemetry.backend import (
 )
 
 MINUTE_NS = 60 * 10**9
-_MEAN_COLUMNS = (
-    "utilization_gpu_pct",
-    "utilization_memory_pct",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "sm_clock_max_mhz",
-    "mem_clock_max_mhz",
-    "power_mw",
-    "power_limit_mw",
-    "temperature_c",
-    "pcie_rx_bytes_per_s",
-    "pcie_tx_bytes_per_s",
-)
-_INT_MEAN_COLUMNS = ("memory_used_bytes", "memory_total_bytes")
+_MEAN_COLUMNS = FLOAT_METRICS
+_INT_MEAN_COLUMNS = BYTE_METRICS
 _COMMON = ("gpu_index", "ts_ns", "uuid", *_MEAN_COLUMNS, *_INT_MEAN_COLUMNS, "clock_event_reasons")
 
 

@@ -63,6 +63,24 @@ def encode_reasons(names: tuple[str, ...] | list[str]) -> int:
     return mask
 
 
+# The optional metrics of a GpuSample: float-valued, then byte counts. One list for the store, the
+# API and the exporter.
+FLOAT_METRICS = (
+    "utilization_gpu_pct",
+    "utilization_memory_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+    "power_mw",
+    "power_limit_mw",
+    "temperature_c",
+    "pcie_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s",
+)
+BYTE_METRICS = ("memory_used_bytes", "memory_total_bytes")
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     index: int
