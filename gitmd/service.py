@@ -17,10 +17,11 @@ from typing import Any
 
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
+from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.capture import capture_file, duty
 from gitmd.capture.ring import RingStatus
-from gitmd.capture.windows import CaptureManager
+from gitmd.capture.windows import CaptureManager, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.jobs.launch import LaunchPlan
@@ -65,6 +66,7 @@ class JobView:
     job: Job
     processes: list[tuple[RingStatus, bool]]  # shim status of each process, alive or not
     windows: int
+    steps: JobSteps | None = None  # from the latest window
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class Service:
         self.jobs = jobs
         self.capture = capture
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
+        self._steps: dict[str, JobSteps] = {}
         self.started_at_ns = time.time_ns()
         self._started_mono = time.monotonic()
         self._gpus = backend.gpus()
@@ -163,7 +166,7 @@ class Service:
         if procs and job.state == "registered":
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
-        return JobView(job, procs, jc.windows if jc else 0)
+        return JobView(job, procs, jc.windows if jc else 0, self._steps.get(job.id))
 
     def get_job(self, id_or_name: str) -> JobView:
         if not id_or_name:
@@ -190,6 +193,7 @@ class Service:
         if self.capture.get(job.id) is None:
             raise GitmdError(f"job {job.id} is not tracked by capture (was gitmd restarted?)")
         window = self.capture.capture(job.id, duration_s or self.config.capture.window_duration_s)
+        steps = self._record_steps(window)
         tl = timeline_mod.build(window)
         if raw:
             data = capture_file.dumps(window)
@@ -211,6 +215,7 @@ class Service:
             "cupti_drops": sum(p.cupti_drops for p in tl.processes),
             "window_s": (tl.end_real_ns - tl.start_real_ns) / 1e9,
             "notes": tl.notes,
+            "step": steps,
         }
         return TraceResult((data[i : i + TRACE_CHUNK] for i in range(0, len(data), TRACE_CHUNK)), summary)
 
@@ -236,6 +241,7 @@ class Service:
         except Exception:
             log.exception("capture window of job %s failed", job_id)
             return
+        self._record_steps(w)
         kernels = sum(len(p.records.kernels) for p in w.processes)
         window_s = (w.end_real_ns - w.start_real_ns) / 1e9
         period = duty.next_period(kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us)
@@ -253,6 +259,12 @@ class Service:
         jc.period_s = period
         # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
         jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
+
+    def _record_steps(self, window: WindowResult) -> JobSteps | None:
+        steps = job_steps(window)
+        if steps is not None:
+            self._steps[window.job_id] = steps
+        return steps
 
     def shutdown(self) -> None:
         self.alive.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import Any
 
 from gitmctl import render
 from gitmctl.client import Client, pb
@@ -34,6 +35,9 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("windows", str(j.windows)),
         ],
     )
+    if j.HasField("step"):
+        print()
+        print(step_line(j.step))
     if j.processes:
         print()
         render.table(
@@ -51,3 +55,13 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ],
         )
     return 0
+
+
+def step_line(st: Any) -> str:
+    if not st.found:
+        return f"step: none found in window {st.window_id} ({st.reason})"
+    return (
+        f"step: {st.median_ms:.3f} ms median (p10 {st.p10_ms:.3f}, p90 {st.p90_ms:.3f}) "
+        f"over {st.steps} steps of {st.period_kernels} kernels in pid {st.pid}, "
+        f"window {st.window_id}, confidence {st.confidence:.2f}"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gitmctl import render
 from gitmctl.client import Client, pb
+from gitmctl.commands import job
 
 NAME = "trace"
 
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ("dropped (ring / CUPTI)", f"{summary.ring_drops} / {summary.cupti_drops}"),
             ],
         )
+    if summary.HasField("step") and not args.json:
+        print(job.step_line(summary.step))
     for note in summary.notes:
         print(f"  note: {note}", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitmd.analysis.steps import JobSteps
 from gitmd.api.pb import pb
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
@@ -85,6 +86,8 @@ def job_to_pb(view: JobView) -> Any:
     )
     if j.exit_code is not None:
         msg.exit_code = j.exit_code
+    if view.steps is not None:
+        msg.step.CopyFrom(steps_to_pb(view.steps))
     for status, alive in view.processes:
         msg.processes.add(
             pid=status.pid,
@@ -98,6 +101,23 @@ def job_to_pb(view: JobView) -> Any:
             alive=alive,
         )
     return msg
+
+
+def steps_to_pb(steps: JobSteps) -> Any:
+    st = steps.stats
+    return pb.StepStats(
+        found=st.found,
+        reason=st.reason,
+        pid=steps.pid,
+        window_id=steps.window_id,
+        period_kernels=st.period_kernels,
+        steps=st.steps,
+        median_ms=st.median_ns / 1e6,
+        p10_ms=st.p10_ns / 1e6,
+        p90_ms=st.p90_ns / 1e6,
+        confidence=st.confidence,
+        anchor_kernel=steps.anchor_kernel,
+    )
 
 
 def plan_to_pb(plan: LaunchPlan) -> Any:

@@ -118,4 +118,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         result = self.svc.trace_job(request.job_id, request.duration_s, request.raw)
         for chunk in result.chunks:
             yield pb.TraceChunk(data=chunk)
-        yield pb.TraceChunk(summary=pb.TraceSummary(**result.summary))
+        summary = dict(result.summary)
+        steps = summary.pop("step", None)
+        msg = pb.TraceSummary(**summary)
+        if steps is not None:
+            msg.step.CopyFrom(convert.steps_to_pb(steps))
+        yield pb.TraceChunk(summary=msg)

@@ -1,0 +1,133 @@
+"""Step detection: the period of a job's kernel-name sequence, found with no instrumentation.
+
+In a training or inference loop most kernels run a fixed number of times per step, so the most
+common per-name count in a window is (about) the number of steps. Among the names with that count,
+the anchor is the one whose occurrences are most evenly spaced in the sequence; the median spacing
+is the step length in kernels, confirmed when the sequence matches itself shifted by that length.
+Step boundaries are the anchor's launches and step times the spacing of their GPU start times.
+Occasional extra work (evaluation, logging, checkpoints) lengthens a few gaps and moves neither the
+median spacing nor the median step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gitmd.capture.windows import WindowResult
+
+MIN_STEPS = 3
+MIN_SELF_MATCH = 0.6  # share of kernels that equal the kernel one period later
+MAX_ANCHOR_CANDIDATES = 16
+MAX_MULTIPLE = 4
+
+
+@dataclass(frozen=True)
+class StepStats:
+    found: bool
+    reason: str  # why not, when not found
+    period_kernels: int = 0  # kernels per step
+    steps: int = 0  # complete steps in the window
+    median_ns: float = 0.0
+    p10_ns: float = 0.0
+    p90_ns: float = 0.0
+    self_match: float = 0.0  # share of the sequence that repeats one period later
+    regularity: float = 0.0  # share of steps within 10% of the median length in kernels
+    anchor_name_id: int = 0
+
+    @property
+    def confidence(self) -> float:
+        return self.self_match * self.regularity if self.found else 0.0
+
+
+def _none(reason: str) -> StepStats:
+    return StepStats(found=False, reason=reason)
+
+
+def detect(name_ids: np.ndarray, start_ns: np.ndarray) -> StepStats:
+    """Steps in one process's kernels of one window. Inputs need not be sorted."""
+    n = len(name_ids)
+    if n < 2 * MIN_STEPS:
+        return _none(f"only {n} kernels in the window")
+    order = np.argsort(start_ns, kind="stable")
+    seq = np.asarray(name_ids)[order].astype(np.int64)
+    starts = np.asarray(start_ns)[order].astype(np.int64)
+
+    names, inverse, counts = np.unique(seq, return_inverse=True, return_counts=True)
+    eligible = counts >= MIN_STEPS
+    if not eligible.any():
+        return _none("no kernel repeats often enough to mark steps")
+    # The most common count among repeating names, weighting each name once.
+    values, freq = np.unique(counts[eligible], return_counts=True)
+    step_count = int(values[np.argmax(freq)])
+    # Names whose count is within one of it (a window cuts its first and last step).
+    candidates = np.flatnonzero(np.abs(counts - step_count) <= 1)
+    best: tuple[float, int, np.ndarray] | None = None
+    for c in candidates[:MAX_ANCHOR_CANDIDATES]:
+        where = np.flatnonzero(inverse == c)
+        gaps = np.diff(where)
+        if len(gaps) < MIN_STEPS - 1:
+            continue
+        med = float(np.median(gaps))
+        spread = float(np.median(np.abs(gaps - med))) / med if med else 1.0
+        if best is None or spread < best[0]:
+            best = (spread, int(names[c]), where)
+    if best is None:
+        return _none("no evenly spaced kernel to mark steps")
+    _, anchor, where = best
+    # The anchor may run k times per step (its count was k x steps), unevenly spaced inside it:
+    # the step is then the spacing between an occurrence and the k-th next. Try k = 1..MAX_MULTIPLE.
+    tried = []
+    for k in range(1, MAX_MULTIPLE + 1):
+        if len(where) <= k * (MIN_STEPS - 1):
+            break
+        period = round(float(np.median(where[k:] - where[:-k])))
+        if period < 1 or period * MIN_STEPS > n:
+            break
+        self_match = float(np.mean(seq[:-period] == seq[period:]))
+        tried.append(f"{self_match:.2f} at {period}")
+        if self_match >= MIN_SELF_MATCH:
+            where = where[::k]
+            break
+    else:
+        period = 0
+    if not tried or self_match < MIN_SELF_MATCH:
+        return _none(
+            "the kernel sequence does not repeat (self-match " + ", ".join(tried or ["-"]) + " kernels)"
+        )
+    gaps = np.diff(where)
+    regular = float(np.mean(np.abs(gaps - period) <= max(1.0, 0.1 * period)))
+    times = np.diff(starts[where]).astype(np.float64)
+    return StepStats(
+        found=True,
+        reason="",
+        period_kernels=period,
+        steps=len(times),
+        median_ns=float(np.median(times)),
+        p10_ns=float(np.percentile(times, 10)),
+        p90_ns=float(np.percentile(times, 90)),
+        self_match=self_match,
+        regularity=regular,
+        anchor_name_id=anchor,
+    )
+
+
+@dataclass(frozen=True)
+class JobSteps:
+    """A job's steps in one window: found in the process that launched the most kernels."""
+
+    pid: int
+    window_id: int
+    stats: StepStats
+    anchor_kernel: str
+
+
+def job_steps(window: WindowResult) -> JobSteps | None:
+    procs = [p for p in window.processes if len(p.records.kernels)]
+    if not procs:
+        return None
+    main = max(procs, key=lambda p: len(p.records.kernels))
+    k = main.records.kernels
+    stats = detect(k["name_id"], k["start_ns"])
+    return JobSteps(main.pid, window.window_id, stats, main.records.names.get(stats.anchor_name_id, ""))

@@ -1,0 +1,98 @@
+from pathlib import Path
+
+import numpy as np
+
+from gitmd.analysis.steps import detect
+from gitmd.capture import capture_file
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def synthetic(
+    step: list[int],
+    steps: int,
+    step_ns: int,
+    extra_every: int = 0,
+    extra: list[int] | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids, starts, t = [], [], 0
+    for i in range(steps):
+        if extra_every and i and i % extra_every == 0 and extra:
+            for e in extra:  # evaluation/logging work between two steps
+                ids.append(e)
+                starts.append(t)
+                t += 50_000
+        for j, kid in enumerate(step):
+            ids.append(kid)
+            starts.append(t + j * (step_ns // len(step)))
+        t += int(step_ns * (1 + 0.02 * rng.standard_normal()))
+    return np.array(ids), np.array(starts)
+
+
+def test_real_h200_training_window() -> None:
+    w = capture_file.loads(FIXTURES / "capture-torch-train.npz")
+    k = w.processes[0].records.kernels
+    s = detect(k["name_id"], k["start_ns"])
+    assert s.found, s.reason
+    assert s.period_kernels == 24  # 3 linears + GELUs + loss forward, backward, SGD
+    assert 150 <= s.steps <= 160
+    assert 1.0e6 < s.p10_ns <= s.median_ns <= s.p90_ns < 3.0e6
+    assert s.self_match > 0.95 and s.confidence > 0.9
+
+
+def test_extra_work_does_not_move_the_median() -> None:
+    step = [1, 2, 3, 4, 2, 5, 6, 1, 7]
+    ids, starts = synthetic(step, 200, 2_000_000, extra_every=10, extra=[90, 91, 92, 1, 2, 93])
+    s = detect(ids, starts)
+    assert s.found and s.period_kernels == len(step)
+    assert abs(s.median_ns - 2_000_000) < 0.02 * 2_000_000
+    assert s.p90_ns > s.median_ns  # the steps with evaluation are longer, and counted
+    assert s.steps >= 150
+
+
+def test_names_that_run_twice_per_step_do_not_halve_the_period() -> None:
+    # most names run twice a step: the most common count is 2 x steps
+    step = [1, 2, 3, 1, 2, 4, 5, 6, 5, 6, 7]
+    ids, starts = synthetic(step, 100, 1_000_000)
+    s = detect(ids, starts)
+    assert s.found and s.period_kernels == len(step), s
+    assert abs(s.median_ns - 1_000_000) < 0.03 * 1_000_000
+
+
+def test_no_period_says_so() -> None:
+    rng = np.random.default_rng(3)
+    ids = rng.integers(1, 40, size=3000)
+    s = detect(ids, np.arange(3000) * 1000)
+    assert not s.found and "does not repeat" in s.reason and s.confidence == 0
+    s = detect(np.array([1, 2, 3]), np.array([1, 2, 3]))
+    assert not s.found and "only 3 kernels" in s.reason
+    s = detect(np.arange(100), np.arange(100))
+    assert not s.found and "repeats often enough" in s.reason
+
+
+def test_unsorted_input_is_sorted_by_start() -> None:
+    ids, starts = synthetic([1, 2, 3, 4], 50, 1_000_000)
+    perm = np.random.default_rng(0).permutation(len(ids))
+    a, b = detect(ids, starts), detect(ids[perm], starts[perm])
+    assert a == b and a.found
+
+
+def test_job_steps_from_a_real_window_and_its_api_message() -> None:
+    from gitmd.analysis.steps import job_steps
+    from gitmd.api import convert
+
+    w = capture_file.loads(FIXTURES / "capture-torch-train.npz")
+    js = job_steps(w)
+    assert js is not None and js.stats.found and js.pid == w.processes[0].pid
+    assert js.anchor_kernel  # a real, demangled kernel name
+    msg = convert.steps_to_pb(js)
+    assert msg.found and msg.period_kernels == 24 and 1.0 < msg.median_ms < 3.0
+    assert msg.p10_ms <= msg.median_ms <= msg.p90_ms and msg.window_id == w.window_id
+    torch_kw = capture_file.loads(FIXTURES / "capture-torch-known-work.npz")
+    main = job_steps(torch_kw)
+    assert (
+        main is not None
+        and len(next(p for p in torch_kw.processes if p.pid == main.pid).records.kernels) == 500
+    )
