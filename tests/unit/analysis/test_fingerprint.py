@@ -41,12 +41,13 @@ def sig(r: Decoded):  # type: ignore[no-untyped-def]
             "softmax_warp_forward",
         ),
         (
-            "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
-            "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, x)",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, "
+            "float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, x)",
             "elementwise:MulFunctor",
         ),
         (
-            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, x>(int)",
+            "void at::native::vectorized_elementwise_kernel<4, "
+            "at::native::CUDAFunctorOnSelf_add<float>, x>(int)",
             "elementwise:CUDAFunctorOnSelf_add",
         ),
         ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(x)", "reduce_kernel"),
