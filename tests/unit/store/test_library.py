@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gitmd.analysis.fingerprint import Signature
+from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.store.db import Store
+from gitmd.store.library import Library
+
+TRAIN = Signature(
+    ("gemm", "elementwise:GeluCUDAKernelImpl", "gemm", "reduce_kernel"),
+    {"gemm": 0.8, "elementwise:GeluCUDAKernelImpl": 0.1, "reduce_kernel": 0.1},
+)
+OTHER = Signature(("softmax_warp_forward", "nll_loss"), {"softmax_warp_forward": 0.5, "nll_loss": 0.5})
+
+
+def lib(tmp_path: Path, name: str = "g.db") -> Library:
+    return Library(Store(tmp_path / name))
+
+
+def test_observe_matches_fuzzily_and_links_launch_keys(tmp_path: Path) -> None:
+    lb = lib(tmp_path)
+    a = lb.observe(TRAIN, "python:/w/train.py", "train", new_run=True)
+    shifted = Signature(
+        TRAIN.sequence, {"gemm": 0.85, "elementwise:GeluCUDAKernelImpl": 0.08, "reduce_kernel": 0.07}
+    )
+    assert lb.observe(shifted, "python:/w/train.py", "train", new_run=True) == a
+    b = lb.observe(OTHER, "python:/w/eval.py", "eval", new_run=True)
+    assert b != a
+    w = lb.get(a)
+    assert w.run_count == 2 and w.launch_keys == ("python:/w/train.py",)
+    assert lb.by_launch_key("python:/w/train.py").id == a  # type: ignore[union-attr]
+    assert lb.by_launch_key("nope") is None
+    assert {x.id for x in lb.list()} == {a, b}
+
+
+def test_active_policy_pin_unpin_revert(tmp_path: Path) -> None:
+    lb = lib(tmp_path)
+    wid = lb.observe(TRAIN, "k", "t", True)
+    p1 = lb.add_policy(
+        wid, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, "validated", speedup=1.4, ci=(1.3, 1.5)
+    )
+    p2 = lb.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "validated", speedup=1.05)
+    assert lb.get(wid).active_policy.id == p1.id  # type: ignore[union-attr]
+    assert lb.pin(p2.id, "root").status == "pinned"
+    assert lb.get(wid).active_policy.id == p2.id  # type: ignore[union-attr]
+    lb.pin(p1.id, "root")
+    assert {p.id: p.status for p in lb.get(wid).policies} == {p1.id: "pinned", p2.id: "validated"}
+    assert lb.unpin(p1.id).status == "validated"
+    lb.revert(p1.id)
+    with pytest.raises(InvalidArgumentError, match="reverted"):
+        lb.pin(p1.id, "root")
+    assert lb.get(wid).active_policy.id == p2.id  # type: ignore[union-attr]
+    with pytest.raises(NotFoundError):
+        lb.pin(999, "root")
+    with pytest.raises(InvalidArgumentError):
+        lb.add_policy(wid, {"bad name": "1"}, "validated")
+
+
+def test_export_import_round_trip(tmp_path: Path) -> None:
+    src = lib(tmp_path, "a.db")
+    wid = src.observe(TRAIN, "python:/w/train.py", "train", True)
+    src.add_policy(wid, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, "pinned", speedup=2.0)
+    doc = json.dumps(src.export()).encode()
+    dst = lib(tmp_path, "b.db")
+    assert dst.import_(doc) == (1, 1)
+    assert dst.import_(doc) == (0, 0)  # idempotent
+    w = dst.get(wid)
+    assert w.launch_keys == ("python:/w/train.py",) and w.active_policy.env == {  # type: ignore[union-attr]
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"
+    }
+
+
+def test_import_never_silently_replaces_a_pinned_policy(tmp_path: Path) -> None:
+    local = lib(tmp_path, "a.db")
+    wid = local.observe(TRAIN, "k", "t", True)
+    local.add_policy(wid, {"A": "1"}, "pinned")
+    other = lib(tmp_path, "b.db")
+    other.observe(TRAIN, "k", "t", True)
+    other.add_policy(wid, {"A": "2"}, "pinned")
+    before = json.dumps(local.export()["workloads"])
+    with pytest.raises(InvalidArgumentError, match="replace pinned"):
+        local.import_(json.dumps(other.export()).encode())
+    assert json.dumps(local.export()["workloads"]) == before
+
+
+def good_doc() -> dict:
+    return {
+        "format": "gitm-library",
+        "version": 1,
+        "workloads": [
+            {
+                "id": "0123456789ab",
+                "name": "x",
+                "signature": {"sequence": ["gemm"], "shares": {"gemm": 1.0}},
+                "first_seen_ns": 1,
+                "last_seen_ns": 2,
+                "run_count": 3,
+                "launch_keys": ["k"],
+                "policies": [{"env": {"A": "1"}, "status": "validated", "speedup": 1.1}],
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(version=2), "version"),
+        (lambda d: d.update(format="other"), "format"),
+        (lambda d: d.update(workloads={}), "workloads"),
+        (lambda d: d["workloads"][0].update(id="../../etc"), "12 hex"),
+        (lambda d: d["workloads"][0].update(run_count="3"), "run_count"),
+        (lambda d: d["workloads"][0].update(run_count=True), "boolean"),
+        (lambda d: d["workloads"][0]["policies"][0].update(status="golden"), "status"),
+        (lambda d: d["workloads"][0]["policies"][0].update(env={"LD_PRELOAD": 5}), "LD_PRELOAD"),
+        (lambda d: d["workloads"][0]["policies"][0].update(env={"a b": "1"}), "environment variable"),
+        (lambda d: d["workloads"][0]["policies"][0].update(speedup=float("inf")), "Infinity is not allowed"),
+        (lambda d: d["workloads"].append(dict(d["workloads"][0])), "once"),
+        (lambda d: d["workloads"][0]["signature"].update(sequence=[1, 2]), "sequence"),
+    ],
+)
+def test_bad_imports_are_refused_and_change_nothing(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    lb = lib(tmp_path)
+    d = good_doc()
+    mutate(d)
+    with pytest.raises(InvalidArgumentError, match=message):
+        lb.import_(json.dumps(d).encode())
+    assert lb.list() == []
+
+
+def test_hostile_documents(tmp_path: Path) -> None:
+    lb = lib(tmp_path)
+    for raw in (
+        b"",
+        b"[]",
+        b"{",
+        b"\xff\xfe",
+        b'{"format": "gitm-library", "version": 1, "workloads": NaN}',
+        b"x" * (64 << 20 + 1),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            lb.import_(raw)
+    assert lb.list() == []
+    assert lb.import_(json.dumps(good_doc()).encode()) == (1, 1)
