@@ -51,7 +51,13 @@ class Client:
             raise ClientError(f"permission denied reading {socket_path}", EXIT_ERROR) from None
         if not stat.S_ISSOCK(mode):
             raise ClientError(f"{socket_path} is not a Unix socket", EXIT_USAGE)
-        self.channel = grpc.insecure_channel(f"unix:{socket_path}")
+        self.channel = grpc.insecure_channel(
+            f"unix:{socket_path}",
+            options=[
+                ("grpc.max_receive_message_length", 80 << 20),
+                ("grpc.max_send_message_length", 80 << 20),
+            ],
+        )
         self.stub = pb_grpc.GitmdStub(self.channel)
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from gitmd.errors import GitmdError
 from gitmd.jobs.registry import JobRegistry
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
+from gitmd.store.library import Library
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import TelemetryBackend, select_backend
 from gitmd.telemetry.nvml import NvmlBackend
@@ -104,7 +105,7 @@ class Daemon:
 
             capture = self._capture_manager()
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
-            self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture)
+            self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
             if capture is not None and cfg.capture.window_every_s > 0:
                 scheduler.add_job(
                     self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID

@@ -5,6 +5,8 @@ The servicer converts messages and calls these; tests and other transports can c
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import threading
@@ -17,6 +19,7 @@ from typing import Any
 
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
+from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.capture import capture_file, duty
@@ -26,6 +29,7 @@ from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry
+from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
 from gitmd.telemetry.sampler import Sampler, Watch
@@ -67,6 +71,7 @@ class JobView:
     processes: list[tuple[RingStatus, bool]]  # shim status of each process, alive or not
     windows: int
     steps: JobSteps | None = None  # from the latest window
+    policy_id: int = 0  # the policy it was launched with
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Service:
         telemetry: TelemetryStore,
         jobs: JobRegistry,
         capture: CaptureManager | None,
+        library: Library,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -91,6 +97,9 @@ class Service:
         self.telemetry_store = telemetry
         self.jobs = jobs
         self.capture = capture
+        self.library = library
+        self._fingerprinted: set[str] = set()
+        self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self._steps: dict[str, JobSteps] = {}
         self.started_at_ns = time.time_ns()
@@ -146,10 +155,25 @@ class Service:
 
     # -- jobs --------------------------------------------------------------------------------
     def register_job(
-        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool
+        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool, launch_key: str = ""
     ) -> tuple[JobView, LaunchPlan]:
         want_capture = capture and self.capture is not None
-        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture)
+        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture, launch_key)
+        workload = self.library.by_launch_key(job.launch_key)
+        if workload is not None:
+            # A recurring job: its known-good policy comes with the launch, no experiment needed.
+            self.jobs.set_workload(job.id, workload.id)
+            job = self.jobs.get(job.id)
+            policy = workload.active_policy
+            env = {**(policy.env if policy else {}), **plan.env}  # gitmd's own variables win
+            plan = dataclasses.replace(
+                plan,
+                env=env,
+                workload_id=workload.id,
+                policy_id=policy.id if policy else 0,
+                policy_status=policy.status if policy else "",
+            )
+            self._policies[job.id] = policy.id if policy else 0
         if capture and self.capture is None:
             plan = LaunchPlan(
                 plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False
@@ -166,7 +190,9 @@ class Service:
         if procs and job.state == "registered":
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
-        return JobView(job, procs, jc.windows if jc else 0, self._steps.get(job.id))
+        return JobView(
+            job, procs, jc.windows if jc else 0, self._steps.get(job.id), self._policies.get(job.id, 0)
+        )
 
     def get_job(self, id_or_name: str) -> JobView:
         if not id_or_name:
@@ -262,9 +288,41 @@ class Service:
 
     def _record_steps(self, window: WindowResult) -> JobSteps | None:
         steps = job_steps(window)
-        if steps is not None:
-            self._steps[window.job_id] = steps
+        if steps is None:
+            return None
+        self._steps[window.job_id] = steps
+        main = next(p for p in window.processes if p.pid == steps.pid)
+        sig = signature(main.records, steps.stats)
+        if sig is not None:
+            job = self.jobs.get(window.job_id)
+            first = window.job_id not in self._fingerprinted
+            workload_id = self.library.observe(sig, job.launch_key, job.name, new_run=first)
+            self._fingerprinted.add(window.job_id)
+            if workload_id != job.workload_id:
+                self.jobs.set_workload(job.id, workload_id)
         return steps
+
+    # -- library -------------------------------------------------------------------------------
+    def workloads(self) -> list[Workload]:
+        return self.library.list()
+
+    def workload(self, workload_id: str) -> Workload:
+        return self.library.get(workload_id)
+
+    def pin_policy(self, policy_id: int, who: str) -> Policy:
+        return self.library.pin(policy_id, who)
+
+    def unpin_policy(self, policy_id: int) -> Policy:
+        return self.library.unpin(policy_id)
+
+    def revert_policy(self, policy_id: int) -> Policy:
+        return self.library.revert(policy_id)
+
+    def export_library(self) -> bytes:
+        return json.dumps(self.library.export(), indent=1).encode()
+
+    def import_library(self, document: bytes) -> tuple[int, int]:
+        return self.library.import_(document)
 
     def shutdown(self) -> None:
         self.alive.clear()

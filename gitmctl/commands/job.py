@@ -33,6 +33,9 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("uid", str(j.uid)),
             ("capture", ("on, " + j.runtime_dir) if j.capture else "off"),
             ("windows", str(j.windows)),
+            ("launch key", j.launch_key or "-"),
+            ("workload", j.workload_id or "- (not fingerprinted yet)"),
+            ("policy", str(j.policy_id) if j.policy_id else "-"),
         ],
     )
     if j.HasField("step"):

@@ -62,6 +62,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             _note(w)
         if args.verbose:
             _note(f"job {job_id} ({resp.job.name}), capture {'on' if resp.plan.capture else 'off'}")
+        if resp.plan.policy_id:
+            _note(
+                f"known workload {resp.plan.workload_id}: launching with its {resp.plan.policy_status} "
+                f"policy {resp.plan.policy_id}"
+            )
     except ClientError as e:
         _note(f"{str(e).splitlines()[0]}; running the command untraced")
         client = None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gitmd.analysis.steps import JobSteps
 from gitmd.api.pb import pb
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
+from gitmd.store.library import Policy, Workload
 from gitmd.telemetry.backend import BYTE_METRICS, FLOAT_METRICS, GpuInfo, GpuSample
 
 _OPTIONAL_SAMPLE_FIELDS = (*FLOAT_METRICS, *BYTE_METRICS)
@@ -83,6 +85,9 @@ def job_to_pb(view: JobView) -> Any:
         runtime_dir=j.runtime_dir,
         capture=j.capture,
         windows=view.windows,
+        launch_key=j.launch_key,
+        workload_id=j.workload_id,
+        policy_id=view.policy_id,
     )
     if j.exit_code is not None:
         msg.exit_code = j.exit_code
@@ -121,4 +126,45 @@ def steps_to_pb(steps: JobSteps) -> Any:
 
 
 def plan_to_pb(plan: LaunchPlan) -> Any:
-    return pb.LaunchPlan(env=plan.env, warnings=list(plan.warnings), capture=plan.capture)
+    return pb.LaunchPlan(
+        env=plan.env,
+        warnings=list(plan.warnings),
+        capture=plan.capture,
+        workload_id=plan.workload_id,
+        policy_id=plan.policy_id,
+        policy_status=plan.policy_status,
+    )
+
+
+def policy_to_pb(p: Policy) -> Any:
+    msg = pb.Policy(
+        id=p.id,
+        workload_id=p.workload_id,
+        env=p.env,
+        status=p.status,
+        gpu_model=p.gpu_model,
+        driver=p.driver,
+        created_unix_ns=p.created_ns,
+        updated_unix_ns=p.updated_ns,
+        pinned_by=p.pinned_by,
+        evidence_json=json.dumps(p.evidence),
+    )
+    for f in ("speedup", "ci_low", "ci_high"):
+        if getattr(p, f) is not None:
+            setattr(msg, f, getattr(p, f))
+    return msg
+
+
+def workload_to_pb(w: Workload) -> Any:
+    active = w.active_policy
+    return pb.Workload(
+        id=w.id,
+        name=w.name,
+        step_families=list(w.signature.sequence),
+        first_seen_unix_ns=w.first_seen_ns,
+        last_seen_unix_ns=w.last_seen_ns,
+        run_count=w.run_count,
+        launch_keys=list(w.launch_keys),
+        policies=[policy_to_pb(p) for p in w.policies],
+        active_policy_id=active.id if active else 0,
+    )

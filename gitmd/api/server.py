@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gitmd"].full_name
 MAX_UNIX_PATH = 107  # sun_path is 108 bytes with its NUL
+MAX_MESSAGE_BYTES = 80 << 20  # a library document may be 64 MiB
 
 
 class ApiServer:
@@ -42,7 +43,11 @@ class ApiServer:
         self.health = health.HealthServicer()
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
-            options=[("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
         )
         pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -95,7 +95,13 @@ class GitmdServicer(pb_grpc.GitmdServicer):
     @_errors
     def RegisterJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         view, plan = self.svc.register_job(
-            request.name, list(request.command), request.cwd, request.uid, request.gid, request.capture
+            request.name,
+            list(request.command),
+            request.cwd,
+            request.uid,
+            request.gid,
+            request.capture,
+            request.launch_key,
         )
         return pb.RegisterJobResponse(
             job_id=view.job.id, plan=convert.plan_to_pb(plan), job=convert.job_to_pb(view)
@@ -124,3 +130,32 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         if steps is not None:
             msg.step.CopyFrom(convert.steps_to_pb(steps))
         yield pb.TraceChunk(summary=msg)
+
+    @_errors
+    def ListWorkloads(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.ListWorkloadsResponse(workloads=[convert.workload_to_pb(w) for w in self.svc.workloads()])
+
+    @_errors
+    def GetWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.workload_to_pb(self.svc.workload(request.workload_id))
+
+    @_errors
+    def PinPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.policy_to_pb(self.svc.pin_policy(request.policy_id, "operator"))
+
+    @_errors
+    def UnpinPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.policy_to_pb(self.svc.unpin_policy(request.policy_id))
+
+    @_errors
+    def RevertPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.policy_to_pb(self.svc.revert_policy(request.policy_id))
+
+    @_errors
+    def ExportLibrary(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pb.LibraryDocument(json=self.svc.export_library())
+
+    @_errors
+    def ImportLibrary(self, request: Any, context: grpc.ServicerContext) -> Any:
+        workloads, policies = self.svc.import_library(request.json)
+        return pb.ImportLibraryResponse(workloads_added=workloads, policies_added=policies)

@@ -16,6 +16,9 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     capture: bool = False
+    workload_id: str = ""
+    policy_id: int = 0
+    policy_status: str = ""
 
 
 def find_shim(configured: Path | None) -> tuple[Path | None, str | None]:

@@ -18,6 +18,7 @@ from typing import Any
 from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
+from gitmd.jobs.launch_key import launch_key
 from gitmd.store.db import Store
 
 MAX_NAME = 200
@@ -40,6 +41,8 @@ class Job:
     exit_code: int | None
     runtime_dir: str
     capture: bool
+    launch_key: str = ""
+    workload_id: str = ""
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:
@@ -56,6 +59,8 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         exit_code=r["exit_code"],
         runtime_dir=r["runtime_dir"],
         capture=bool(r["capture"]),
+        launch_key=r["launch_key"],
+        workload_id=r["workload_id"],
     )
 
 
@@ -66,7 +71,7 @@ class JobRegistry:
         self.capture_cfg = capture
 
     def register(
-        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool
+        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool, key: str = ""
     ) -> tuple[Job, LaunchPlan]:
         if len(name) > MAX_NAME or not _NAME_OK.match(name):
             raise InvalidArgumentError(
@@ -76,6 +81,9 @@ class JobRegistry:
             raise InvalidArgumentError("command too long")
         if any("\0" in a for a in command) or "\0" in cwd:
             raise InvalidArgumentError("command and cwd must not contain NUL bytes")
+        if len(key) > 4096 or "\0" in key:
+            raise InvalidArgumentError("launch key must be at most 4096 characters without NUL")
+        key = key or launch_key(command, cwd)
         job_id = uuid.uuid4().hex[:12]
         name = name or (Path(command[0]).name if command else job_id)
         warnings: list[str] = []
@@ -102,6 +110,7 @@ class JobRegistry:
             exit_code=None,
             runtime_dir=str(job_dir) if job_dir else "",
             capture=plan.capture,
+            launch_key=key,
         )
         with self.store.transaction() as db:
             db.table("jobs").insert(
@@ -116,6 +125,7 @@ class JobRegistry:
                     "created_ns": job.created_ns,
                     "runtime_dir": job.runtime_dir,
                     "capture": int(job.capture),
+                    "launch_key": key,
                 }
             )
         return job, plan
@@ -137,6 +147,10 @@ class JobRegistry:
         where = "" if include_exited else "WHERE state != 'exited'"
         with self.store.reading() as db:
             return [_row_to_job(r) for r in db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns")]
+
+    def set_workload(self, job_id: str, workload_id: str) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE jobs SET workload_id = ? WHERE id = ?", [workload_id, job_id])
 
     def set_state(self, job_id: str, state: str) -> None:
         with self.store.transaction() as db:

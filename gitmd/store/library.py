@@ -28,6 +28,19 @@ MAX_POLICIES_PER_WORKLOAD = 1000
 MAX_KEYS_PER_WORKLOAD = 1000
 MAX_ENV = 64
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+# Never settable by a policy: they would run code in the job or take the shim away from gitmd.
+FORBIDDEN_ENV = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "CUDA_INJECTION64_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PATH",
+    }
+)
 _ID = re.compile(r"^[0-9a-f]{12}$")
 
 
@@ -383,6 +396,8 @@ def _check_env(env: Any, where: str) -> None:
     for k, v in env.items():
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             raise _fail(where, f"{k!r} is not an environment variable name")
+        if k in FORBIDDEN_ENV or k.startswith("GITM_"):
+            raise _fail(where, f"{k} may not be set by a policy")
         if not isinstance(v, str) or len(v) > 4096 or "\0" in v:
             raise _fail(f"{where}.{k}", "must be a string of at most 4096 characters without NUL")
 

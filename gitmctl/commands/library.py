@@ -1,0 +1,116 @@
+"""`gitmctl library list|show|pin|unpin|revert|export|import`: the workloads gitmd knows, their policies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gitmctl import render
+from gitmctl.client import Client, pb
+
+NAME = "library"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        NAME, parents=[common], help="workloads and their policies (list, show, pin, export...)"
+    )
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    acts.add_parser("list", parents=[common], help="every workload")
+    show = acts.add_parser("show", parents=[common], help="one workload with its policies")
+    show.add_argument("workload")
+    for verb, text in (
+        ("pin", "use this policy for its workload"),
+        ("unpin", "back to validated"),
+        ("revert", "never use this policy again"),
+    ):
+        a = acts.add_parser(verb, parents=[common], help=text)
+        a.add_argument("policy", type=int)
+    ex = acts.add_parser("export", parents=[common], help="the library as a versioned JSON document")
+    ex.add_argument("-o", "--output", type=Path, help="file (default: stdout)")
+    im = acts.add_parser(
+        "import", parents=[common], help="merge a document (validated first; never replaces a pin)"
+    )
+    im.add_argument("file", type=Path)
+
+
+def _policy_row(p: Any, active: int) -> tuple[str, ...]:
+    speed = f"{p.speedup:.3f}x" if p.HasField("speedup") else "-"
+    ci = f"[{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.HasField("ci_low") and p.HasField("ci_high") else "-"
+    env = " ".join(f"{k}={v}" for k, v in sorted(p.env.items()))
+    return (str(p.id), p.status + (" *" if p.id == active else ""), speed, ci, p.gpu_model or "-", env)
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    stub = client.stub
+    if args.action == "list":
+        resp = client.call(stub.ListWorkloads, pb.ListWorkloadsRequest())
+        if args.json:
+            render.print_json(resp)
+            return 0
+        render.table(
+            ("WORKLOAD", "NAME", "RUNS", "LAST SEEN", "POLICIES", "ACTIVE", "LAUNCH KEYS"),
+            [
+                (
+                    w.id,
+                    w.name,
+                    str(w.run_count),
+                    render.clock_h(w.last_seen_unix_ns),
+                    str(len(w.policies)),
+                    str(w.active_policy_id or "-"),
+                    ", ".join(w.launch_keys)[:60],
+                )
+                for w in resp.workloads
+            ],
+        )
+        return 0
+    if args.action == "show":
+        w = client.call(stub.GetWorkload, pb.GetWorkloadRequest(workload_id=args.workload))
+        if args.json:
+            render.print_json(w)
+            return 0
+        render.table(
+            ("", ""),
+            [
+                ("workload", w.id),
+                ("name", w.name),
+                ("runs", str(w.run_count)),
+                ("launch keys", ", ".join(w.launch_keys) or "-"),
+                ("one step", " > ".join(w.step_families)[:200]),
+            ],
+        )
+        print()
+        render.table(
+            ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "SETTINGS"),
+            [_policy_row(p, w.active_policy_id) for p in w.policies],
+        )
+        return 0
+    if args.action in ("pin", "unpin", "revert"):
+        method = {"pin": stub.PinPolicy, "unpin": stub.UnpinPolicy, "revert": stub.RevertPolicy}[args.action]
+        p = client.call(method, pb.PolicyRequest(policy_id=args.policy))
+        if args.json:
+            render.print_json(p)
+        else:
+            print(f"policy {p.id} of workload {p.workload_id}: {p.status}")
+        return 0
+    if args.action == "export":
+        doc = client.call(stub.ExportLibrary, pb.ExportLibraryRequest())
+        if args.output:
+            args.output.write_bytes(doc.json)
+            print(f"wrote {args.output} ({render.bytes_h(len(doc.json))})", file=sys.stderr)
+        else:
+            sys.stdout.write(doc.json.decode())
+        return 0
+    try:
+        data = args.file.read_bytes()
+    except OSError as e:
+        print(f"gitmctl library import: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    resp = client.call(stub.ImportLibrary, pb.LibraryDocument(json=data))
+    if args.json:
+        render.print_json(resp)
+    else:
+        print(f"imported {resp.workloads_added} workloads, {resp.policies_added} policies")
+    return 0

@@ -1,0 +1,105 @@
+"""The library over the real socket with the real CLI: a recurring job gets its policy at launch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gitmd.jobs.launch_key import launch_key
+from tests.integration.conftest import Daemon, command, ctl, ctl_json
+
+PROBE = "import os; print(os.environ.get('TEST_KNOB', '-'), os.environ.get('GITM_JOB_ID', '-'))"
+
+
+def document(key: str) -> dict:
+    return {
+        "format": "gitm-library",
+        "version": 1,
+        "workloads": [
+            {
+                "id": "00c0ffee0001",
+                "name": "probe",
+                "signature": {"sequence": ["gemm"], "shares": {"gemm": 1.0}},
+                "first_seen_ns": 1,
+                "last_seen_ns": 2,
+                "run_count": 5,
+                "launch_keys": [key],
+                "policies": [
+                    {"env": {"LD_PRELOAD": "/tmp/evil.so"}, "status": "validated"},
+                ],
+            }
+        ],
+    }
+
+
+def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tmp: Path) -> None:
+    key = launch_key([sys.executable, "-c", PROBE], str(short_tmp))
+    doc = document(key)
+    bad = short_tmp / "bad.json"
+    bad.write_text(json.dumps(doc))
+    r = ctl(daemon.socket, "library", "import", str(bad), check=False)
+    assert r.returncode == 2 and "may not be set by a policy" in r.stderr
+    assert ctl_json(daemon.socket, "library", "list")["workloads"] == []
+
+    doc["workloads"][0]["policies"] = [
+        {"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "status": "validated", "speedup": 1.02},
+        {
+            "env": {"GITM_TEST_KNOB".replace("GITM_", "TEST_"): "on"},
+            "status": "pinned",
+            "speedup": 1.3,
+            "ci_low": 1.2,
+            "ci_high": 1.4,
+            "gpu_model": "NVIDIA H200",
+        },
+    ]
+    good = short_tmp / "good.json"
+    good.write_text(json.dumps(doc))
+    assert ctl_json(daemon.socket, "library", "import", str(good)) == {
+        "workloads_added": 1,
+        "policies_added": 2,
+    }
+    w = ctl_json(daemon.socket, "library", "show", "00c0ffee0001")
+    pinned = next(p for p in w["policies"] if p["status"] == "pinned")
+    assert w["active_policy_id"] == pinned["id"] and w["launch_keys"] == [key]
+    assert "NVIDIA H200" in ctl(daemon.socket, "library", "show", "00c0ffee0001").stdout
+
+    r = subprocess.run(
+        [
+            *command("gitmctl"),
+            "--socket",
+            str(daemon.socket),
+            "run",
+            "--no-capture",
+            "--",
+            sys.executable,
+            "-c",
+            PROBE,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=short_tmp,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    knob, job_id = r.stdout.split()
+    assert knob == "on", "the pinned policy's settings reach the job at launch"
+    assert "known workload 00c0ffee0001" in r.stderr
+    job = ctl_json(daemon.socket, "job", job_id)
+    assert job["workload_id"] == "00c0ffee0001" and job["launch_key"] == key
+    assert job["policy_id"] == pinned["id"]
+
+    # operator actions, then export round trip
+    policy_id = str(pinned["id"])
+    assert ctl_json(daemon.socket, "library", "unpin", policy_id)["status"] == "validated"
+    assert ctl_json(daemon.socket, "library", "pin", policy_id)["status"] == "pinned"
+    assert ctl_json(daemon.socket, "library", "revert", policy_id)["status"] == "reverted"
+    r = ctl(daemon.socket, "library", "pin", policy_id, check=False)
+    assert r.returncode == 2 and "reverted" in r.stderr
+    r = ctl(daemon.socket, "library", "pin", "999999", check=False)
+    assert r.returncode == 4
+    exported = json.loads(ctl(daemon.socket, "library", "export").stdout)
+    assert exported["format"] == "gitm-library" and len(exported["workloads"]) == 1
+    r = ctl(daemon.socket, "library", "show", "ffffffffffff", check=False)
+    assert r.returncode == 4 and "no workload" in r.stderr

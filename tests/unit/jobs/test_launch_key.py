@@ -1,0 +1,26 @@
+import pytest
+
+from gitmd.jobs.launch_key import launch_key
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        (["python", "train.py", "--batch", "64"], "python /w/train.py"),
+        (["python3.12", "-u", "train.py", "--batch", "128", "--seed", "3"], "python /w/train.py"),
+        (["/usr/bin/python3", "/abs/eval.py"], "python /abs/eval.py"),
+        (["torchrun", "--nproc_per_node=8", "train.py", "--epochs", "3"], "python /w/train.py"),
+        (["python", "-m", "pkg.train", "--lr", "1e-3"], "python -m pkg.train"),
+        (["./bench", "--size", "4096"], "/w/bench"),
+        (["nvidia-smi"], "nvidia-smi"),
+        ([], ""),
+    ],
+)
+def test_arguments_do_not_change_the_key(command: list[str], key: str) -> None:
+    assert launch_key(command, "/w") == key
+
+
+def test_inline_code_is_keyed_by_its_text() -> None:
+    a = launch_key(["python", "-c", "print(1)"], "/w")
+    assert a.startswith("python -c ") and a == launch_key(["python", "-c", "print(1)"], "/x")
+    assert a != launch_key(["python", "-c", "print(2)"], "/w")
