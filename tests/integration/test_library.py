@@ -46,7 +46,7 @@ def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tm
     doc["workloads"][0]["policies"] = [
         {"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "status": "validated", "speedup": 1.02},
         {
-            "env": {"GITM_TEST_KNOB".replace("GITM_", "TEST_"): "on"},
+            "env": {"TEST_KNOB": "on"},
             "status": "pinned",
             "speedup": 1.3,
             "ci_low": 1.2,
