@@ -158,12 +158,18 @@ class Service:
         self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool, launch_key: str = ""
     ) -> tuple[JobView, LaunchPlan]:
         want_capture = capture and self.capture is not None
-        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture, launch_key)
-        workload = self.library.by_launch_key(job.launch_key)
+        found: dict[str, Workload] = {}
+
+        def resolve(key: str) -> str:
+            w = self.library.by_launch_key(key)
+            if w is not None:
+                found["w"] = w
+            return w.id if w else ""
+
+        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture, launch_key, resolve)
+        workload = found.get("w")
         if workload is not None:
             # A recurring job: its known-good policy comes with the launch, no experiment needed.
-            self.jobs.set_workload(job.id, workload.id)
-            job = self.jobs.get(job.id)
             policy = workload.active_policy
             env = {**(policy.env if policy else {}), **plan.env}  # gitmd's own variables win
             plan = dataclasses.replace(

@@ -11,6 +11,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,17 @@ class JobRegistry:
         self.capture_cfg = capture
 
     def register(
-        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool, key: str = ""
+        self,
+        name: str,
+        command: list[str],
+        cwd: str,
+        uid: int,
+        gid: int,
+        capture: bool,
+        key: str = "",
+        resolve: Callable[[str], str] | None = None,
     ) -> tuple[Job, LaunchPlan]:
+        """Register; ``resolve`` maps the launch key to a known workload id (or "") in the same step."""
         if len(name) > MAX_NAME or not _NAME_OK.match(name):
             raise InvalidArgumentError(
                 f"job name must be at most {MAX_NAME} of letters, digits, . - _ : @ + / space"
@@ -84,6 +94,7 @@ class JobRegistry:
         if len(key) > 4096 or "\0" in key:
             raise InvalidArgumentError("launch key must be at most 4096 characters without NUL")
         key = key or launch_key(command, cwd)
+        workload_id = resolve(key) if resolve else ""
         job_id = uuid.uuid4().hex[:12]
         name = name or (Path(command[0]).name if command else job_id)
         warnings: list[str] = []
@@ -111,6 +122,7 @@ class JobRegistry:
             runtime_dir=str(job_dir) if job_dir else "",
             capture=plan.capture,
             launch_key=key,
+            workload_id=workload_id,
         )
         with self.store.transaction() as db:
             db.table("jobs").insert(
@@ -126,6 +138,7 @@ class JobRegistry:
                     "runtime_dir": job.runtime_dir,
                     "capture": int(job.capture),
                     "launch_key": key,
+                    "workload_id": workload_id,
                 }
             )
         return job, plan
