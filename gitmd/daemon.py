@@ -35,6 +35,8 @@ from gitmd.telemetry.sim import SimBackend
 log = logging.getLogger(__name__)
 
 DUTY_JOB_ID = "capture.duty_cycle"
+REAP_JOB_ID = "jobs.reap"
+REAP_EVERY_S = 15.0
 
 
 def backend_factories(config: Config) -> dict[str, Callable[[], TelemetryBackend]]:
@@ -106,6 +108,7 @@ class Daemon:
             capture = self._capture_manager()
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
+            scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
             if capture is not None and cfg.capture.window_every_s > 0:
                 scheduler.add_job(
                     self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TELEMETRY_LIMIT = 10_000
 MAX_TRACE_S = 300.0
+REAP_AFTER_S = 60.0  # every process of a job gone this long, and no exit reported: the job is lost
+EXPIRE_UNSTARTED_S = 3600.0  # registered, never started a CUDA process
+LOST_EXIT_CODE = -1000
 TRACE_CHUNK = 1 << 20
 MAX_TELEMETRY_LIMIT = 1_000_000
 
@@ -100,6 +103,7 @@ class Service:
         self.library = library
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
+        self._all_dead_since: dict[str, int] = {}
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self._steps: dict[str, JobSteps] = {}
         self.started_at_ns = time.time_ns()
@@ -220,8 +224,8 @@ class Service:
         job = self.get_job(id_or_name).job
         if self.capture is None or not job.capture:
             raise InvalidArgumentError(f"job {job.id} ({job.name}) runs without the shim: nothing to trace")
-        if job.state == "exited":
-            raise InvalidArgumentError(f"job {job.id} ({job.name}) has exited")
+        if job.state in ("exited", "lost"):
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) has ended ({job.state})")
         if self.capture.get(job.id) is None:
             raise GitmdError(f"job {job.id} is not tracked by capture (was gitmd restarted?)")
         window = self.capture.capture(job.id, duration_s or self.config.capture.window_duration_s)
@@ -291,6 +295,33 @@ class Service:
         jc.period_s = period
         # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
         jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
+
+    def reap(self, now_ns: int | None = None) -> list[str]:
+        """End jobs whose launcher never reported: every process gone for REAP_AFTER_S, or never
+        started within EXPIRE_UNSTARTED_S. Their captures are closed and directories removed."""
+        now_ns = now_ns or time.time_ns()
+        ended = []
+        for job in self.jobs.list(include_exited=False):
+            procs = self.capture.processes(job.id) if self.capture is not None else []
+            if procs:
+                if any(alive for _, alive in procs):
+                    self._all_dead_since.pop(job.id, None)
+                    continue
+                since = self._all_dead_since.setdefault(job.id, now_ns)
+                if now_ns - since < REAP_AFTER_S * 1e9:
+                    continue
+                why = "all its processes ended and no launcher reported"
+            elif now_ns - job.created_ns < EXPIRE_UNSTARTED_S * 1e9:
+                continue
+            else:
+                why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
+            if self.capture is not None:
+                self.capture.untrack(job.id)
+            self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost")
+            self._all_dead_since.pop(job.id, None)
+            log.info("job %s (%s) lost: %s", job.id, job.name, why)
+            ended.append(job.id)
+        return ended
 
     def _record_steps(self, window: WindowResult) -> JobSteps | None:
         steps = job_steps(window)

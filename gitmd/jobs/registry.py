@@ -157,7 +157,7 @@ class JobRegistry:
         return _row_to_job(rows[0])
 
     def list(self, include_exited: bool) -> list[Job]:
-        where = "" if include_exited else "WHERE state != 'exited'"
+        where = "" if include_exited else "WHERE state NOT IN ('exited', 'lost')"
         with self.store.reading() as db:
             return [_row_to_job(r) for r in db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns")]
 
@@ -167,16 +167,18 @@ class JobRegistry:
 
     def set_state(self, job_id: str, state: str) -> None:
         with self.store.transaction() as db:
-            db.execute("UPDATE jobs SET state = ? WHERE id = ? AND state != 'exited'", [state, job_id])
+            db.execute(
+                "UPDATE jobs SET state = ? WHERE id = ? AND state NOT IN ('exited', 'lost')", [state, job_id]
+            )
 
-    def exited(self, job_id: str, exit_code: int) -> Job:
+    def exited(self, job_id: str, exit_code: int, state: str = "exited") -> Job:
         job = self.get(job_id)
         if job.id != job_id:
             raise NotFoundError(f"no job with id {job_id!r}")
         with self.store.transaction() as db:
             db.execute(
-                "UPDATE jobs SET state = 'exited', ended_ns = ?, exit_code = ? WHERE id = ?",
-                [time.time_ns(), exit_code, job_id],
+                "UPDATE jobs SET state = ?, ended_ns = ?, exit_code = ? WHERE id = ?",
+                [state, time.time_ns(), exit_code, job_id],
             )
         if job.runtime_dir:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)

@@ -185,7 +185,7 @@ def test_run_no_capture_and_unknown_command(daemon: Daemon, short_tmp: Path) -> 
     r = ctl(daemon.socket, "run", "--", "/nonexistent/program", check=False)
     assert r.returncode == 127 and "cannot run" in r.stderr
     r = ctl(daemon.socket, "trace", "plain", check=False)
-    assert r.returncode == 2 and ("without the shim" in r.stderr or "has exited" in r.stderr)
+    assert r.returncode == 2 and ("without the shim" in r.stderr or "has ended" in r.stderr)
     r = ctl(daemon.socket, "trace", "no-such-job", check=False)
     assert r.returncode == 4 and "no job" in r.stderr
 

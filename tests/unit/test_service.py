@@ -1,0 +1,78 @@
+"""The service facade wired to real parts (simulated GPUs, a real store, real ring files)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from gitmd.capture import abi
+from gitmd.capture.windows import CaptureManager
+from gitmd.config import CaptureConfig, Config, SimConfig
+from gitmd.jobs.registry import JobRegistry
+from gitmd.service import EXPIRE_UNSTARTED_S, REAP_AFTER_S, Service
+from gitmd.store.db import Store
+from gitmd.store.library import Library
+from gitmd.store.telemetry import TelemetryStore
+from gitmd.telemetry.sampler import Sampler
+from gitmd.telemetry.sim import SimBackend
+
+
+def make_service(tmp_path: Path) -> Service:
+    shim = tmp_path / "libgitm_shim.so"
+    shim.write_bytes(b"\x7fELF")
+    cfg = Config(capture=CaptureConfig(shim_path=shim), sim=SimConfig(gpus=1))
+    store = Store(tmp_path / "g.db")
+    backend = SimBackend(cfg.sim)
+    backend.open()
+    telemetry = TelemetryStore(store)
+    return Service(
+        cfg,
+        backend,
+        Sampler(backend, telemetry, 1.0),
+        telemetry,
+        JobRegistry(store, tmp_path / "run", cfg.capture),
+        CaptureManager(abi.load(), cfg.capture.kinds, 250),
+        Library(store),
+    )
+
+
+def test_reaper_ends_jobs_nobody_reported(tmp_path: Path, shim_tools: Path) -> None:
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job("dead", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    job_dir = Path(plan.env["GITM_JOB_DIR"])
+    # a real ring, written by a process that has already exited
+    subprocess.run(
+        [str(shim_tools / "ring_writer"), str(job_dir), "10", "64"], check=True, capture_output=True
+    )
+    assert [alive for _, alive in svc.get_job(view.job.id).processes] == [False]
+    t0 = svc.get_job(view.job.id).job.created_ns
+    assert svc.reap(t0) == []  # first seen dead now: not yet
+    assert svc.reap(t0 + int((REAP_AFTER_S - 1) * 1e9)) == []
+    assert svc.reap(t0 + int((REAP_AFTER_S + 1) * 1e9)) == [view.job.id]
+    job = svc.get_job(view.job.id).job
+    assert job.state == "lost" and not job_dir.exists()
+    assert [v.job.id for v in svc.list_jobs(include_exited=False)] == []
+
+
+def test_reaper_expires_jobs_that_never_started(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job("never", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    t0 = view.job.created_ns
+    assert svc.reap(t0 + int(10 * 1e9)) == []
+    assert svc.reap(t0 + int((EXPIRE_UNSTARTED_S + 1) * 1e9)) == [view.job.id]
+
+
+def test_a_live_job_is_never_reaped(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job("live", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    # a ring whose header names this (living) test process
+    ring = write_ring(10, 64)
+    data = bytearray(ring.read_bytes())
+    data[40:44] = os.getpid().to_bytes(4, "little")
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
+    assert svc.reap(view.job.created_ns + int(10_000 * 1e9)) == []
