@@ -27,6 +27,7 @@ from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry
 from gitmd.store.library import Library, Policy, Workload
@@ -211,6 +212,13 @@ class Service:
 
     def list_jobs(self, include_exited: bool) -> list[JobView]:
         return [self._view(j) for j in self.jobs.list(include_exited)]
+
+    def untracked_processes(self) -> list[UntrackedProcess]:
+        tracked: set[int] = set()
+        if self.capture is not None:
+            for job_id in self.capture.job_ids():
+                tracked |= {status.pid for status, _ in self.capture.processes(job_id)}
+        return untracked(self.sampler.latest(), tracked, os.getpid())
 
     def report_exit(self, job_id: str, exit_code: int) -> JobView:
         if self.capture is not None:

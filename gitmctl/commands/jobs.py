@@ -35,4 +35,14 @@ def run(args: argparse.Namespace, client: Client) -> int:
         for j in resp.jobs
     ]
     render.table(("ID", "NAME", "STATE", "PROCS", "CAPTURE", "WINDOWS", "CREATED", "COMMAND"), rows)
+    if resp.untracked:
+        print(f"\n{len(resp.untracked)} GPU process(es) not launched through gitmd:")
+        for u in resp.untracked:
+            mem = render.bytes_h(u.used_memory_bytes) if u.HasField("used_memory_bytes") else "?"
+            print(
+                f"  pid {u.pid} ({u.name or '?'}, user {u.user or '?'}) on GPU {u.gpu_index}, {mem}: "
+                f"{u.reason}"
+            )
+            if u.relaunch:
+                print(f"    relaunch: {u.relaunch}")
     return 0

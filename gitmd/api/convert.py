@@ -7,6 +7,7 @@ from typing import Any
 
 from gitmd.analysis.steps import JobSteps
 from gitmd.api.pb import pb
+from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
 from gitmd.store.library import Policy, Workload
@@ -168,3 +169,19 @@ def workload_to_pb(w: Workload) -> Any:
         policies=[policy_to_pb(p) for p in w.policies],
         active_policy_id=active.id if active else 0,
     )
+
+
+def untracked_to_pb(u: UntrackedProcess) -> Any:
+    msg = pb.UntrackedProcess(
+        pid=u.pid,
+        gpu_index=u.gpu_index,
+        name=u.name,
+        user=u.user,
+        command=list(u.command),
+        cwd=u.cwd,
+        reason=u.reason,
+        relaunch=u.relaunch,
+    )
+    if u.used_memory_bytes is not None:
+        msg.used_memory_bytes = u.used_memory_bytes
+    return msg

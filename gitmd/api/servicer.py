@@ -113,7 +113,10 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_errors
     def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return pb.ListJobsResponse(jobs=[convert.job_to_pb(v) for v in self.svc.list_jobs(request.all)])
+        return pb.ListJobsResponse(
+            jobs=[convert.job_to_pb(v) for v in self.svc.list_jobs(request.all)],
+            untracked=[convert.untracked_to_pb(u) for u in self.svc.untracked_processes()],
+        )
 
     @_errors
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:

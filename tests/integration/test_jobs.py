@@ -229,3 +229,27 @@ def test_duty_cycle_opens_windows_by_itself(daemon_factory: Any, short_tmp: Path
     assert job["processes"][0]["alive"]
     stop.touch()
     assert proc.wait(30) == 0
+
+
+def test_gpu_processes_not_launched_through_gitmd_are_shown_with_a_relaunch(
+    daemon_factory: Any, short_tmp: Path
+) -> None:
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--epochs", "3"], cwd=short_tmp
+    )
+    try:
+        d = daemon_factory(
+            config_text='[telemetry]\nbackend = "sim"\ninterval_s = 0.2\n[metrics]\nport = 0\n'
+            f"[sim]\ngpus = 1\nprocesses = [{{ gpu = 0, pid = {other.pid}, "
+            'name = "python3", used_memory_bytes = 1048576 }]\n'
+        )
+        resp = ctl_json(d.socket, "jobs")
+        (u,) = resp["untracked"]
+        assert u["pid"] == other.pid and u["gpu_index"] == 0 and u["user"]
+        assert u["command"][-2:] == ["--epochs", "3"] and u["cwd"] == str(short_tmp)
+        assert "not launched through gitmd" in u["reason"]
+        assert u["relaunch"].startswith(f"cd {short_tmp} && gitmctl run --name python3 -- ")
+        assert "relaunch:" in ctl(d.socket, "jobs").stdout
+    finally:
+        other.kill()
+        other.wait()
