@@ -29,7 +29,7 @@ from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
-from gitmd.jobs.registry import Job, JobRegistry
+from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
@@ -159,9 +159,8 @@ class Service:
         return self.sampler.watch(gpu_index, self.alive)
 
     # -- jobs --------------------------------------------------------------------------------
-    def register_job(
-        self, name: str, command: list[str], cwd: str, uid: int, gid: int, capture: bool, launch_key: str = ""
-    ) -> tuple[JobView, LaunchPlan]:
+    def register_job(self, reg: Registration) -> tuple[JobView, LaunchPlan]:
+        capture = reg.capture
         want_capture = capture and self.capture is not None
         found: dict[str, Workload] = {}
 
@@ -171,7 +170,7 @@ class Service:
                 found["w"] = w
             return w.id if w else ""
 
-        job, plan = self.jobs.register(name, command, cwd, uid, gid, want_capture, launch_key, resolve)
+        job, plan = self.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve)
         workload = found.get("w")
         if workload is not None:
             # A recurring job: its known-good policy comes with the launch, no experiment needed.

@@ -30,9 +30,16 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("state", j.state + (f", exit {j.exit_code}" if j.HasField("exit_code") else "")),
             ("command", shlex.join(j.command)),
             ("cwd", j.cwd or "-"),
-            ("uid", str(j.uid)),
             ("capture", ("on, " + j.runtime_dir) if j.capture else "off"),
             ("windows", str(j.windows)),
+            ("user", f"{j.user} ({j.uid})"),
+            ("gpus", ",".join(map(str, j.gpus)) or "-"),
+            ("scheduler job", j.scheduler_job_id or "-"),
+            ("exploration", "allowed" if j.allow_exploration else "off (known-good policies only)"),
+            (
+                "contract",
+                ", ".join(_check(c) for c in j.contract.checks) or "default (exit status, payload samples)",
+            ),
             ("launch key", j.launch_key or "-"),
             ("workload", j.workload_id or "- (not fingerprinted yet)"),
             ("policy", str(j.policy_id) if j.policy_id else "-"),
@@ -68,3 +75,11 @@ def step_line(st: Any) -> str:
         f"over {st.steps} steps of {st.period_kernels} kernels in pid {st.pid}, "
         f"window {st.window_id}, confidence {st.confidence:.2f}"
     )
+
+
+def _check(c: Any) -> str:
+    if c.kind == "stdout_metric":
+        return f"stdout /{c.regex}/ rtol {c.rtol:g}"
+    if c.kind == "output_file":
+        return f"{c.path} ({c.compare}{f' rtol {c.rtol:g}' if c.compare == 'numeric' else ''})"
+    return c.kind

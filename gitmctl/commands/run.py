@@ -1,7 +1,8 @@
 """`gitmctl run [--name N] -- CMD ARGS`: register with gitmd, run CMD with the launch plan's
 environment, pass stdin/stdout/stderr through, and exit with CMD's status.
 
-If gitmd cannot be reached the command runs exactly as it would without gitmd (a note on stderr).
+If gitmd cannot be reached the command runs exactly as it would without gitmd (a note on stderr);
+if gitmd refuses the registration (a bad contract or name), nothing runs and the exit status is 2.
 SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to CMD; SIGINT and SIGQUIT from the terminal
 reach CMD directly (same process group), so gitmctl ignores them and waits for CMD.
 """
@@ -14,8 +15,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from gitmctl.client import Client, ClientError, pb
+from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -26,7 +28,49 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--name", default="", help="job name (default: the command's basename)")
     p.add_argument("--no-capture", action="store_true", help="register without injecting the shim")
     p.add_argument("-v", "--verbose", action="store_true", help="say the job id and plan on stderr")
+    p.add_argument("--gpus", type=_gpus, default=(), help="GPU indices the job uses, e.g. 0,1")
+    p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
+    p.add_argument("--scheduler-job-id", default="", help="the scheduler's id for this job (e.g. Slurm's)")
+    p.add_argument("--no-explore", action="store_true", help="only known-good policies: no experiments")
+    p.add_argument("--metric", metavar="REGEX", help="equivalence: a number on stdout, one capture group")
+    p.add_argument(
+        "--output",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="equivalence: an output file that must not change (checksum); repeatable",
+    )
+    p.add_argument(
+        "--output-numeric",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="equivalence: a numeric output (npy/text) compared within --rtol; repeatable",
+    )
+    p.add_argument(
+        "--rtol", type=float, default=1e-5, help="relative tolerance for --metric/--output-numeric"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+
+def _gpus(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text!r}") from None
+
+
+def _contract(args: argparse.Namespace, cwd: str) -> Any:
+    c = pb.EquivalenceContract()
+    if args.metric:
+        c.checks.add(kind="stdout_metric", regex=args.metric, rtol=args.rtol)
+    for path in args.output:
+        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="checksum")
+    for path in args.output_numeric:
+        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="numeric", rtol=args.rtol)
+    if c.checks:
+        c.checks.add(kind="exit_status")
+    return c
 
 
 def _note(msg: str) -> None:
@@ -49,6 +93,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             client.stub.RegisterJob,
             pb.RegisterJobRequest(
                 name=args.name,
+                gpus=args.gpus,
+                launch_key=args.launch_key,
+                scheduler_job_id=args.scheduler_job_id,
+                allow_exploration=not args.no_explore,
+                contract=_contract(args, os.getcwd()),
                 command=command,
                 cwd=os.getcwd(),
                 uid=os.getuid(),
@@ -68,7 +117,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
                 f"policy {resp.plan.policy_id}"
             )
     except ClientError as e:
-        _note(f"{str(e).splitlines()[0]}; running the command untraced")
+        if e.exit_code in (EXIT_USAGE, EXIT_ERROR):
+            # our request was wrong (a bad contract, a bad name): say so and run nothing
+            print(f"gitmctl run: {e}", file=sys.stderr)
+            return e.exit_code
+        _note(f"{str(e).splitlines()[0]}; running the command untraced")  # gitmd unreachable
         client = None
     try:
         child = subprocess.Popen(command, env=env)

@@ -89,7 +89,15 @@ def job_to_pb(view: JobView) -> Any:
         launch_key=j.launch_key,
         workload_id=j.workload_id,
         policy_id=view.policy_id,
+        gpus=list(j.gpus),
+        allow_exploration=j.allow_exploration,
+        scheduler_job_id=j.scheduler_job_id,
+        user=j.user,
     )
+    for c in j.contract.checks:
+        msg.contract.checks.add(
+            kind=c.kind, rtol=c.rtol, atol=c.atol, regex=c.regex, path=c.path, compare=c.compare
+        )
     if j.exit_code is not None:
         msg.exit_code = j.exit_code
     if view.steps is not None:

@@ -15,6 +15,8 @@ import grpc
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.experiments import equivalence
+from gitmd.jobs.registry import Registration
 from gitmd.service import Service
 
 log = logging.getLogger(__name__)
@@ -94,14 +96,28 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_errors
     def RegisterJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        contract = equivalence.validate(
+            [
+                equivalence.Check(c.kind, c.rtol, c.atol, c.regex, c.path, c.compare)
+                for c in request.contract.checks
+            ]
+        )
         view, plan = self.svc.register_job(
-            request.name,
-            list(request.command),
-            request.cwd,
-            request.uid,
-            request.gid,
-            request.capture,
-            request.launch_key,
+            Registration(
+                name=request.name,
+                command=tuple(request.command),
+                cwd=request.cwd,
+                uid=request.uid,
+                gid=request.gid,
+                capture=request.capture,
+                launch_key=request.launch_key,
+                gpus=tuple(request.gpus),
+                contract=contract,
+                allow_exploration=request.allow_exploration
+                if request.HasField("allow_exploration")
+                else True,
+                scheduler_job_id=request.scheduler_job_id,
+            )
         )
         return pb.RegisterJobResponse(
             job_id=view.job.id, plan=convert.plan_to_pb(plan), job=convert.job_to_pb(view)

@@ -7,17 +7,19 @@ stages extend (launch keys, GPUs, equivalence contracts, exploration).
 from __future__ import annotations
 
 import json
+import pwd
 import re
 import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
 from gitmd.jobs.launch_key import launch_key
 from gitmd.store.db import Store
@@ -44,6 +46,34 @@ class Job:
     capture: bool
     launch_key: str = ""
     workload_id: str = ""
+    gpus: tuple[int, ...] = ()
+    contract: Contract = field(default_factory=Contract)
+    allow_exploration: bool = True
+    scheduler_job_id: str = ""
+
+    @property
+    def user(self) -> str:
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return str(self.uid)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a scheduler or launcher says about a job before it starts."""
+
+    name: str
+    command: tuple[str, ...]
+    cwd: str
+    uid: int
+    gid: int
+    capture: bool = True
+    launch_key: str = ""
+    gpus: tuple[int, ...] = ()
+    contract: Contract = field(default_factory=Contract)
+    allow_exploration: bool = True
+    scheduler_job_id: str = ""
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:
@@ -62,6 +92,10 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         capture=bool(r["capture"]),
         launch_key=r["launch_key"],
         workload_id=r["workload_id"],
+        gpus=tuple(json.loads(r["gpus"])),
+        contract=Contract.from_json(json.loads(r["contract"])),
+        allow_exploration=bool(r["allow_exploration"]),
+        scheduler_job_id=r["scheduler_job_id"],
     )
 
 
@@ -72,17 +106,22 @@ class JobRegistry:
         self.capture_cfg = capture
 
     def register(
-        self,
-        name: str,
-        command: list[str],
-        cwd: str,
-        uid: int,
-        gid: int,
-        capture: bool,
-        key: str = "",
-        resolve: Callable[[str], str] | None = None,
+        self, reg: Registration, resolve: Callable[[str], str] | None = None
     ) -> tuple[Job, LaunchPlan]:
         """Register; ``resolve`` maps the launch key to a known workload id (or "") in the same step."""
+        name, command, cwd, uid, gid, capture, key = (
+            reg.name,
+            list(reg.command),
+            reg.cwd,
+            reg.uid,
+            reg.gid,
+            reg.capture,
+            reg.launch_key,
+        )
+        if len(reg.gpus) > 1024 or any(g < 0 or g > 65535 for g in reg.gpus):
+            raise InvalidArgumentError("gpus must be GPU indices")
+        if len(reg.scheduler_job_id) > 256 or "\0" in reg.scheduler_job_id:
+            raise InvalidArgumentError("scheduler job id must be at most 256 characters without NUL")
         if len(name) > MAX_NAME or not _NAME_OK.match(name):
             raise InvalidArgumentError(
                 f"job name must be at most {MAX_NAME} of letters, digits, . - _ : @ + / space"
@@ -123,6 +162,10 @@ class JobRegistry:
             capture=plan.capture,
             launch_key=key,
             workload_id=workload_id,
+            gpus=tuple(reg.gpus),
+            contract=reg.contract,
+            allow_exploration=reg.allow_exploration,
+            scheduler_job_id=reg.scheduler_job_id,
         )
         with self.store.transaction() as db:
             db.table("jobs").insert(
@@ -139,6 +182,10 @@ class JobRegistry:
                     "capture": int(job.capture),
                     "launch_key": key,
                     "workload_id": workload_id,
+                    "gpus": json.dumps(list(reg.gpus)),
+                    "contract": json.dumps(reg.contract.to_json()),
+                    "allow_exploration": int(reg.allow_exploration),
+                    "scheduler_job_id": reg.scheduler_job_id,
                 }
             )
         return job, plan

@@ -253,3 +253,61 @@ def test_gpu_processes_not_launched_through_gitmd_are_shown_with_a_relaunch(
     finally:
         other.kill()
         other.wait()
+
+
+def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) -> None:
+    r = subprocess.run(
+        [
+            *command("gitmctl"),
+            "--socket",
+            str(daemon.socket),
+            "run",
+            "--no-capture",
+            "--gpus",
+            "0,1",
+            "--scheduler-job-id",
+            "slurm-77",
+            "--no-explore",
+            "--metric",
+            r"loss ([0-9.]+)",
+            "--output",
+            "out.bin",
+            "--",
+            sys.executable,
+            "-c",
+            "print('loss 0.5')",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=short_tmp,
+        timeout=60,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "loss 0.5", r.stderr
+    (job,) = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert job["gpus"] == [0, 1] and job["scheduler_job_id"] == "slurm-77" and not job["allow_exploration"]
+    kinds = [c["kind"] for c in job["contract"]["checks"]]
+    assert kinds == ["stdout_metric", "output_file", "exit_status"]
+    assert job["contract"]["checks"][1]["path"] == str(short_tmp / "out.bin") and job["user"]
+    shown = ctl(daemon.socket, "job", job["id"]).stdout
+    assert "slurm-77" in shown and "stdout /loss ([0-9.]+)/" in shown
+    # a contract that cannot be evaluated: refused at registration, and nothing runs
+    r = subprocess.run(
+        [
+            *command("gitmctl"),
+            "--socket",
+            str(daemon.socket),
+            "run",
+            "--metric",
+            "no group",
+            "--",
+            sys.executable,
+            "-c",
+            "print('ran')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert "exactly one capture group" in r.stderr
+    assert len(ctl_json(daemon.socket, "jobs", "--all")["jobs"]) == 1

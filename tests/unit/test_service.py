@@ -10,7 +10,7 @@ from pathlib import Path
 from gitmd.capture import abi
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import CaptureConfig, Config, SimConfig
-from gitmd.jobs.registry import JobRegistry
+from gitmd.jobs.registry import JobRegistry, Registration
 from gitmd.service import EXPIRE_UNSTARTED_S, REAP_AFTER_S, Service
 from gitmd.store.db import Store
 from gitmd.store.library import Library
@@ -40,7 +40,7 @@ def make_service(tmp_path: Path) -> Service:
 
 def test_reaper_ends_jobs_nobody_reported(tmp_path: Path, shim_tools: Path) -> None:
     svc = make_service(tmp_path)
-    view, plan = svc.register_job("dead", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    view, plan = svc.register_job(Registration("dead", ("prog",), "/", os.getuid(), os.getgid()))
     job_dir = Path(plan.env["GITM_JOB_DIR"])
     # a real ring, written by a process that has already exited
     subprocess.run(
@@ -58,7 +58,7 @@ def test_reaper_ends_jobs_nobody_reported(tmp_path: Path, shim_tools: Path) -> N
 
 def test_reaper_expires_jobs_that_never_started(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
-    view, _ = svc.register_job("never", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    view, _ = svc.register_job(Registration("never", ("prog",), "/", os.getuid(), os.getgid()))
     t0 = view.job.created_ns
     assert svc.reap(t0 + int(10 * 1e9)) == []
     assert svc.reap(t0 + int((EXPIRE_UNSTARTED_S + 1) * 1e9)) == [view.job.id]
@@ -66,7 +66,7 @@ def test_reaper_expires_jobs_that_never_started(tmp_path: Path) -> None:
 
 def test_a_live_job_is_never_reaped(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
     svc = make_service(tmp_path)
-    view, plan = svc.register_job("live", ["prog"], "/", os.getuid(), os.getgid(), capture=True)
+    view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
     # a ring whose header names this (living) test process
     ring = write_ring(10, 64)
     data = bytearray(ring.read_bytes())

@@ -6,7 +6,7 @@ import pytest
 from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.jobs.launch import find_shim
-from gitmd.jobs.registry import JobRegistry
+from gitmd.jobs.registry import JobRegistry, Registration
 from gitmd.store.db import Store
 
 
@@ -25,13 +25,25 @@ def make(tmp_path: Path, shim: Path | None) -> JobRegistry:
 
 def test_register_gives_a_plan_and_a_private_dir(tmp_path: Path, shim: Path) -> None:
     reg = make(tmp_path, shim)
-    job, plan = reg.register("train", ["python", "t.py"], "/w", os.getuid(), os.getgid(), capture=True)
+    job, plan = reg.register(
+        Registration(
+            "train",
+            ("python", "t.py"),
+            "/w",
+            os.getuid(),
+            os.getgid(),
+            gpus=(0, 1),
+            scheduler_job_id="slurm-42",
+        )
+    )
     assert plan.capture and plan.warnings == ()
     assert plan.env["CUDA_INJECTION64_PATH"] == str(shim)
     assert plan.env["GITM_JOB_ID"] == job.id and plan.env["GITM_RING_RECORDS"] == "4096"
     d = Path(plan.env["GITM_JOB_DIR"])
     assert d == tmp_path / "run" / "jobs" / job.id and (d.stat().st_mode & 0o777) == 0o700
     assert reg.get(job.id) == job and reg.get("train") == job
+    assert job.gpus == (0, 1) and job.scheduler_job_id == "slurm-42" and job.allow_exploration
+    assert job.launch_key == "python /w/t.py" and job.user
     assert [j.id for j in reg.list(False)] == [job.id]
     done = reg.exited(job.id, 0)
     assert done.state == "exited" and done.exit_code == 0 and not d.exists()
@@ -40,7 +52,7 @@ def test_register_gives_a_plan_and_a_private_dir(tmp_path: Path, shim: Path) -> 
 
 def test_missing_shim_runs_untraced_with_the_reason(tmp_path: Path) -> None:
     reg = make(tmp_path, tmp_path / "nope.so")
-    job, plan = reg.register("", ["prog"], "", os.getuid(), os.getgid(), capture=True)
+    job, plan = reg.register(Registration("", ("prog",), "", os.getuid(), os.getgid()))
     assert not plan.capture and "CUDA_INJECTION64_PATH" not in plan.env
     assert "does not exist" in plan.warnings[0] and job.name == "prog"
 
@@ -49,15 +61,17 @@ def test_unwritable_runtime_dir_runs_untraced(tmp_path: Path, shim: Path) -> Non
     blocker = tmp_path / "run"
     blocker.write_text("a file where the runtime dir should be")
     reg = make(tmp_path, shim)
-    _, plan = reg.register("x", ["prog"], "", os.getuid(), os.getgid(), capture=True)
+    _, plan = reg.register(Registration("x", ("prog",), "", os.getuid(), os.getgid()))
     assert not plan.capture and "runs untraced" in plan.warnings[0]
 
 
 def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path, shim: Path) -> None:
     reg = make(tmp_path, shim)
-    for name, cmd in (("a\nb", ["x"]), ("x" * 500, ["x"]), ("ok", ["a\0b"]), ("ok", ["x"] * 5000)):
+    for name, cmd in (("a\nb", ("x",)), ("x" * 500, ("x",)), ("ok", ("a\0b",)), ("ok", ("x",) * 5000)):
         with pytest.raises(InvalidArgumentError):
-            reg.register(name, cmd, "", 0, 0, capture=True)
+            reg.register(Registration(name, cmd, "", 0, 0))
+    with pytest.raises(InvalidArgumentError, match="GPU indices"):
+        reg.register(Registration("ok", ("x",), "", 0, 0, gpus=(-1,)))
     assert reg.list(True) == []
     with pytest.raises(NotFoundError):
         reg.get("nothing")

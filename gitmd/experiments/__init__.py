@@ -1,0 +1,1 @@
+"""Experiments: equivalence contracts (now), plans, runs and decisions (the levers work)."""
