@@ -27,13 +27,14 @@ from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.events import Hub, Watch
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
-from gitmd.telemetry.sampler import Sampler, Watch
+from gitmd.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,13 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class JobEvent:
+    kind: str  # registered, running, window, exited, lost
+    at_ns: int
+    view: JobView
+
+
+@dataclass(frozen=True)
 class TraceResult:
     chunks: Iterator[bytes]
     summary: dict[str, Any]
@@ -105,6 +113,7 @@ class Service:
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self._all_dead_since: dict[str, int] = {}
+        self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self._steps: dict[str, JobSteps] = {}
         self.started_at_ns = time.time_ns()
@@ -154,7 +163,7 @@ class Service:
         )
         return TelemetryPage(samples, truncated)
 
-    def watch_telemetry(self, gpu_index: int | None) -> Watch:
+    def watch_telemetry(self, gpu_index: int | None) -> Watch[GpuSample]:
         self._check_gpu(gpu_index)
         return self.sampler.watch(gpu_index, self.alive)
 
@@ -192,17 +201,31 @@ class Service:
             self.capture.track(job.id, Path(job.runtime_dir))
         for w in plan.warnings:
             log.warning("job %s (%s): %s", job.id, job.name, w)
-        return self._view(job), plan
+        view = self._view(job)
+        self._publish("registered", view)
+        return view, plan
 
     def _view(self, job: Job) -> JobView:
         procs = self.capture.processes(job.id) if self.capture is not None else []
         jc = self.capture.get(job.id) if self.capture is not None else None
-        if procs and job.state == "registered":
+        started = bool(procs) and job.state == "registered"
+        if started:
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
-        return JobView(
+        view = JobView(
             job, procs, jc.windows if jc else 0, self._steps.get(job.id), self._policies.get(job.id, 0)
         )
+        if started:
+            self._publish("running", view)
+        return view
+
+    def _publish(self, kind: str, view: JobView) -> None:
+        self.job_events.publish(JobEvent(kind, time.time_ns(), view))
+
+    def watch_jobs(self, job_id: str) -> Watch[JobEvent]:
+        if job_id:
+            self.jobs.get(job_id)  # NOT_FOUND for an unknown job
+        return self.job_events.watch(self.alive, (lambda e: e.view.job.id == job_id) if job_id else None)
 
     def get_job(self, id_or_name: str) -> JobView:
         if not id_or_name:
@@ -222,7 +245,11 @@ class Service:
     def report_exit(self, job_id: str, exit_code: int) -> JobView:
         if self.capture is not None:
             self.capture.untrack(job_id)
-        return JobView(self.jobs.exited(job_id, exit_code), [], 0)
+        view = JobView(
+            self.jobs.exited(job_id, exit_code), [], 0, self._steps.get(job_id), self._policies.get(job_id, 0)
+        )
+        self._publish("exited", view)
+        return view
 
     # -- capture -------------------------------------------------------------------------------
     def trace_job(self, id_or_name: str, duration_s: float, raw: bool = False) -> TraceResult:
@@ -236,7 +263,7 @@ class Service:
         if self.capture.get(job.id) is None:
             raise GitmdError(f"job {job.id} is not tracked by capture (was gitmd restarted?)")
         window = self.capture.capture(job.id, duration_s or self.config.capture.window_duration_s)
-        steps = self._record_steps(window)
+        steps = self._after_window(window)
         tl = timeline_mod.build(window)
         if raw:
             data = capture_file.dumps(window)
@@ -284,7 +311,7 @@ class Service:
         except Exception:
             log.exception("capture window of job %s failed", job_id)
             return
-        self._record_steps(w)
+        self._after_window(w)
         kernels = sum(len(p.records.kernels) for p in w.processes)
         window_s = (w.end_real_ns - w.start_real_ns) / 1e9
         period = duty.next_period(kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us)
@@ -324,26 +351,28 @@ class Service:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
             if self.capture is not None:
                 self.capture.untrack(job.id)
-            self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost")
+            self._publish("lost", JobView(self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost"), [], 0))
             self._all_dead_since.pop(job.id, None)
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
 
-    def _record_steps(self, window: WindowResult) -> JobSteps | None:
+    def _after_window(self, window: WindowResult) -> JobSteps | None:
+        """Steps and fingerprint of a finished window (when it shows them); always a "window" event."""
         steps = job_steps(window)
-        if steps is None:
-            return None
-        self._steps[window.job_id] = steps
-        main = next(p for p in window.processes if p.pid == steps.pid)
-        sig = signature(main.records, steps.stats)
-        if sig is not None:
-            job = self.jobs.get(window.job_id)
-            first = window.job_id not in self._fingerprinted
-            workload_id = self.library.observe(sig, job.launch_key, job.name, new_run=first)
-            self._fingerprinted.add(window.job_id)
-            if workload_id != job.workload_id:
-                self.jobs.set_workload(job.id, workload_id)
+        job = self.jobs.get(window.job_id)
+        if steps is not None:
+            self._steps[window.job_id] = steps
+            main = next(p for p in window.processes if p.pid == steps.pid)
+            sig = signature(main.records, steps.stats)
+            if sig is not None:
+                first = window.job_id not in self._fingerprinted
+                workload_id = self.library.observe(sig, job.launch_key, job.name, new_run=first)
+                self._fingerprinted.add(window.job_id)
+                if workload_id != job.workload_id:
+                    self.jobs.set_workload(job.id, workload_id)
+                    job = self.jobs.get(job.id)
+        self._publish("window", self._view(job))
         return steps
 
     # -- library -------------------------------------------------------------------------------

@@ -178,3 +178,10 @@ class GitmdServicer(pb_grpc.GitmdServicer):
     def ImportLibrary(self, request: Any, context: grpc.ServicerContext) -> Any:
         workloads, policies = self.svc.import_library(request.json)
         return pb.ImportLibraryResponse(workloads_added=workloads, policies_added=policies)
+
+    @_stream_errors
+    def WatchJobs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        watch = self.svc.watch_jobs(request.job_id)
+        context.add_callback(watch.cancel)
+        for event in watch:
+            yield pb.JobEvent(kind=event.kind, at_unix_ns=event.at_ns, job=convert.job_to_pb(event.view))

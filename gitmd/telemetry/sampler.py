@@ -8,14 +8,13 @@ it never slows sampling.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from apscheduler.schedulers.base import BaseScheduler
 
+from gitmd.events import Hub, Watch
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuSample, TelemetryBackend
 
@@ -35,46 +34,6 @@ class SamplerStats:
     last_tick_s: float = 0.0
 
 
-class Subscription:
-    """A watcher's bounded queue; ``close`` ends its iteration."""
-
-    def __init__(self, gpu_index: int | None, maxsize: int = 256) -> None:
-        self.gpu_index = gpu_index
-        self._q: queue.Queue[GpuSample | None] = queue.Queue(maxsize=maxsize)
-        self.dropped = 0
-
-    def offer(self, sample: GpuSample) -> None:
-        if self.gpu_index is not None and sample.gpu_index != self.gpu_index:
-            return
-        while True:
-            try:
-                self._q.put_nowait(sample)
-                return
-            except queue.Full:
-                try:
-                    self._q.get_nowait()
-                    self.dropped += 1
-                except queue.Empty:
-                    pass
-
-    def close(self) -> None:
-        try:
-            self._q.put_nowait(None)
-        except queue.Full:
-            self._q.get_nowait()
-            self._q.put_nowait(None)
-
-    def get(self, timeout_s: float) -> GpuSample | None:
-        """The next sample, or None on timeout; raises StopIteration once closed."""
-        try:
-            item = self._q.get(timeout=timeout_s)
-        except queue.Empty:
-            return None
-        if item is None:
-            raise StopIteration
-        return item
-
-
 class Sampler:
     def __init__(self, backend: TelemetryBackend, store: TelemetryStore | None, interval_s: float) -> None:
         self.backend = backend
@@ -83,7 +42,7 @@ class Sampler:
         self.stats = SamplerStats()
         self._gpu_count = len(backend.gpus())
         self._latest: dict[int, GpuSample] = {}
-        self._subs: list[Subscription] = []
+        self.hub: Hub[GpuSample] = Hub()
         self._lock = threading.Lock()
 
     def schedule(self, scheduler: BaseScheduler) -> None:
@@ -118,10 +77,8 @@ class Sampler:
         with self._lock:
             for s in samples:
                 self._latest[s.gpu_index] = s
-            subs = list(self._subs)
-        for sub in subs:
-            for s in samples:
-                sub.offer(s)
+        for s in samples:
+            self.hub.publish(s)
         self.stats.ticks += 1
         self.stats.samples += len(samples)
         self.stats.last_tick_s = time.perf_counter() - t0
@@ -134,49 +91,8 @@ class Sampler:
             s = self._latest.get(gpu_index)
             return [s] if s is not None else []
 
-    def subscribe(self, gpu_index: int | None) -> Subscription:
-        sub = Subscription(gpu_index)
-        with self._lock:
-            self._subs.append(sub)
-        return sub
-
-    def unsubscribe(self, sub: Subscription) -> None:
-        with self._lock:
-            if sub in self._subs:
-                self._subs.remove(sub)
+    def watch(self, gpu_index: int | None, alive: threading.Event) -> Watch[GpuSample]:
+        return self.hub.watch(alive, None if gpu_index is None else (lambda s: s.gpu_index == gpu_index))
 
     def close_all(self) -> None:
-        with self._lock:
-            subs, self._subs = self._subs, []
-        for sub in subs:
-            sub.close()
-
-    def watch(self, gpu_index: int | None, alive: threading.Event) -> Watch:
-        return Watch(self, self.subscribe(gpu_index), alive)
-
-
-class Watch:
-    """An iterable of new samples that another thread can cancel (e.g. when the RPC ends)."""
-
-    def __init__(
-        self, sampler: Sampler, sub: Subscription, alive: threading.Event, poll_s: float = 0.5
-    ) -> None:
-        self._sampler = sampler
-        self._sub = sub
-        self._alive = alive
-        self._poll_s = poll_s
-
-    def cancel(self) -> None:
-        self._sub.close()
-
-    def __iter__(self) -> Iterator[GpuSample]:
-        try:
-            while self._alive.is_set():
-                try:
-                    s = self._sub.get(self._poll_s)
-                except StopIteration:
-                    return
-                if s is not None:
-                    yield s
-        finally:
-            self._sampler.unsubscribe(self._sub)
+        self.hub.close_all()

@@ -311,3 +311,29 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
     assert r.returncode == 2 and r.stdout == ""
     assert "exactly one capture group" in r.stderr
     assert len(ctl_json(daemon.socket, "jobs", "--all")["jobs"]) == 1
+
+
+@needs_shim
+def test_watch_jobs_streams_the_lifecycle(daemon: Daemon, short_tmp: Path) -> None:
+    watcher = subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "jobs", "--watch", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert watcher.stdout is not None
+    time.sleep(1.0)  # subscribed before the job starts
+    proc, stop = run_job(daemon, short_tmp, "--name", "watched")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    wait_for(lambda: ctl_json(daemon.socket, "job", job_id)["processes"])
+    ctl(daemon.socket, "trace", job_id, "--duration", "0.2", "-o", str(short_tmp / "t.json"))
+    stop.touch()
+    assert proc.wait(30) == 0
+    kinds = []
+    while "exited" not in kinds:
+        ev = json.loads(watcher.stdout.readline())
+        assert ev["job"]["id"] == job_id
+        kinds.append(ev["kind"])
+    watcher.terminate()
+    watcher.wait(10)
+    assert kinds == ["registered", "running", "window", "exited"]

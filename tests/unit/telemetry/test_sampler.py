@@ -2,10 +2,11 @@ import threading
 from pathlib import Path
 
 from gitmd.config import SimConfig, SimProcess
+from gitmd.events import Subscription
 from gitmd.store.db import Store
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuSample
-from gitmd.telemetry.sampler import Sampler, Subscription
+from gitmd.telemetry.sampler import Sampler
 from gitmd.telemetry.sim import SimBackend
 
 
@@ -58,11 +59,11 @@ def test_watchers_get_samples_and_stop_on_cancel() -> None:
     t.join(5)
     assert not t.is_alive()
     assert [s.gpu_index for s in got] == [1, 1]
-    assert sampler._subs == []
+    assert sampler.hub.subscribers() == 0
 
 
 def test_slow_watcher_loses_oldest_not_newest() -> None:
-    sub = Subscription(None, maxsize=2)
+    sub: Subscription[GpuSample] = Subscription(maxsize=2)
     backend = SimBackend(SimConfig(gpus=1))
     backend.open()
     samples = [backend.sample(0) for _ in range(5)]
