@@ -21,6 +21,7 @@ from gitmd.capture import abi as capture_abi
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
 from gitmd.errors import GitmdError
+from gitmd.jobs.liveness import ProcessWatcher
 from gitmd.jobs.registry import JobRegistry
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
@@ -137,7 +138,9 @@ class Daemon:
             log.error("capture is off: the shim ABI header cannot be read (%s)", e)
             return None
         c = self.config.capture
-        return CaptureManager(abi, c.kinds, c.flush_interval_ms)
+        watcher = ProcessWatcher()
+        self._on_stop("process watcher", watcher.close)
+        return CaptureManager(abi, c.kinds, c.flush_interval_ms, watcher)
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:
         t = self.config.telemetry

@@ -7,6 +7,7 @@ every ``window_every_s``, and ``gitmctl trace`` opens one on demand.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -19,6 +20,7 @@ import numpy as np
 from gitmd.capture.abi import Abi
 from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
+from gitmd.jobs.liveness import ProcessWatcher
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,12 @@ def process_alive(pid: int, start_ticks: int) -> bool:
 class ProcessCapture:
     ring: Ring
     names: NameTable = field(default_factory=NameTable)
+    exited: bool | None = None  # set by the pidfd watcher; None: not watched, ask /proc
 
     @property
     def alive(self) -> bool:
+        if self.exited is not None:
+            return not self.exited
         return process_alive(self.ring.pid, self.ring.start_time_ticks)
 
 
@@ -79,8 +84,11 @@ class JobCapture:
 
 
 class CaptureManager:
-    def __init__(self, abi: Abi, kinds: tuple[str, ...], flush_interval_ms: int) -> None:
+    def __init__(
+        self, abi: Abi, kinds: tuple[str, ...], flush_interval_ms: int, watcher: ProcessWatcher | None = None
+    ) -> None:
         self.abi = abi
+        self.watcher = watcher
         self.kinds_mask = sum(KIND_BITS[k] for k in kinds)
         self.flush_interval_ms = flush_interval_ms
         self._jobs: dict[str, JobCapture] = {}
@@ -129,7 +137,14 @@ class CaptureManager:
                 log.warning("capture: %s is not a regular file; ignored", entry.path)
                 continue
             try:
-                jc.procs[name] = ProcessCapture(Ring(entry.path, self.abi))
+                pc = ProcessCapture(Ring(entry.path, self.abi))
+                jc.procs[name] = pc
+                if self.watcher is not None:
+                    pc.exited = False
+                    if not self.watcher.watch(
+                        pc.ring.pid, pc.ring.start_time_ticks, functools.partial(_ended, pc)
+                    ):
+                        pc.exited = True
             except RingNotReady:
                 continue
             except RingError as e:
@@ -223,6 +238,10 @@ class CaptureManager:
                         pc.ring.close_window()
                 except (TypeError, ValueError):
                     pass
+
+
+def _ended(pc: ProcessCapture, _pid: int) -> None:
+    pc.exited = True
 
 
 def _clock_pairs(ring: Ring, decoded: Decoded) -> np.ndarray:

@@ -10,6 +10,7 @@ from pathlib import Path
 from gitmd.capture import abi
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import CaptureConfig, Config, SimConfig
+from gitmd.jobs.liveness import ProcessWatcher
 from gitmd.jobs.registry import JobRegistry, Registration
 from gitmd.service import EXPIRE_UNSTARTED_S, REAP_AFTER_S, Service
 from gitmd.store.db import Store
@@ -33,7 +34,7 @@ def make_service(tmp_path: Path) -> Service:
         Sampler(backend, telemetry, 1.0),
         telemetry,
         JobRegistry(store, tmp_path / "run", cfg.capture),
-        CaptureManager(abi.load(), cfg.capture.kinds, 250),
+        CaptureManager(abi.load(), cfg.capture.kinds, 250, ProcessWatcher()),
         Library(store),
     )
 
