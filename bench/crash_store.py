@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
+from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
 
 
@@ -57,38 +57,16 @@ def doc(round_: int) -> bytes:
 def run(rounds: int, seed: int, verbose: bool = True) -> dict[str, int]:
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="gitmd-crash-"))
-    cfg = tmp / "g.toml"
-    cfg.write_text(
+    daemon = Gitmd(
+        tmp / "v",
         '[telemetry]\nbackend = "sim"\ninterval_s = 0.05\n[metrics]\nport = 0\n'
-        "[capture]\nwindow_every_s = 0\n"
+        "[capture]\nwindow_every_s = 0\n",
     )
-    script = Path(sys.executable).parent / "gitmd"
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "gitmd"]
-    db = tmp / "v" / "lib" / "gitmd.db"
-    sock = tmp / "v" / "run" / "gitmd.sock"
+    sock = daemon.socket
     committed = 0
     kills_mid_write = 0
     for r in range(rounds):
-        log = open(tmp / "gitmd.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [*cmd, "--config", str(cfg), "--prefix", str(tmp / "v")], stdout=log, stderr=log
-        )
-        deadline = time.monotonic() + 30
-        stub = None
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(
-                    f"round {r}: gitmd did not start:\n{(tmp / 'gitmd.log').read_text()[-3000:]}"
-                )
-            if sock.exists():
-                try:
-                    stub = pb_grpc.GitmdStub(grpc.insecure_channel(f"unix:{sock}"))
-                    stub.GetStatus(pb.GetStatusRequest(), timeout=2)
-                    break
-                except grpc.RpcError:
-                    pass
-            time.sleep(0.05)
-        assert stub is not None
+        stub = daemon.start()
         stop = threading.Event()
         counts = [0, 0]
 
@@ -122,13 +100,12 @@ def run(rounds: int, seed: int, verbose: bool = True) -> dict[str, int]:
         except grpc.RpcError:
             pass
         time.sleep(rng.uniform(0.05, 0.6))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        daemon.stop(signal.SIGKILL)
         stop.set()
         for t in threads:
             t.join(10)
         kills_mid_write += int(sum(counts) > 0)
-        with sqlite3.connect(db) as conn:
+        with sqlite3.connect(daemon.db) as conn:
             ok = conn.execute("PRAGMA integrity_check").fetchone()[0]
             policies = conn.execute("SELECT COUNT(*) FROM policies").fetchone()[0]
         if ok != "ok" or policies < committed:

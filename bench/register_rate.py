@@ -17,9 +17,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
+from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
 
 
@@ -97,23 +96,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gitmd-reg-"))
-    cfg = tmp / "g.toml"
-    cfg.write_text('[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n[capture]\nwindow_every_s = 0\n')
-    script = Path(sys.executable).parent / "gitmd"
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "gitmd"]
-    log = open(tmp / "gitmd.log", "wb")  # noqa: SIM115
-    daemon = subprocess.Popen(
-        [*cmd, "--config", str(cfg), "--prefix", str(tmp / "v")], stdout=log, stderr=log
+    daemon = Gitmd(
+        tmp / "v", '[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n[capture]\nwindow_every_s = 0\n'
     )
-    sock = f"unix:{tmp / 'v' / 'run' / 'gitmd.sock'}"
-    opts = [("grpc.max_send_message_length", 80 << 20)]
+    sock = daemon.address
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp / "v" / "run" / "gitmd.sock").exists():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit((tmp / "gitmd.log").read_text())
-            time.sleep(0.1)
-        stub = pb_grpc.GitmdStub(grpc.insecure_channel(sock, options=opts))
+        stub = daemon.start()
         t0 = time.perf_counter()
         r = stub.ImportLibrary(pb.LibraryDocument(json=library_doc(args.workloads)), timeout=600)
         print(f"library: {r.workloads_added} workloads imported in {time.perf_counter() - t0:.1f} s")
@@ -151,8 +139,7 @@ def main() -> int:
             "count": len(allv),
         }
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
+        daemon.stop()
     print(f"RegisterJob with {args.workloads} workloads in the library, over the Unix socket")
     print("| measure | value | target |")
     print("| --- | --- | --- |")

@@ -12,16 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# As the systemd unit runs it (packaging/systemd/gitmd.service, Environment=).
-UNIT_ENV = {"MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import Gitmd  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -58,11 +58,6 @@ def top_mappings(pid: int, n: int = 6) -> list[tuple[str, int]]:
     return sorted(sizes.items(), key=lambda kv: -kv[1])[:n]
 
 
-def gitmd_cmd() -> list[str]:
-    script = Path(sys.executable).parent / "gitmd"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "gitmd"]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="sim", help="comma-separated: nvml, rocm, sim")
@@ -73,30 +68,18 @@ def main() -> int:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gitmd-cost-"))
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    for i, backend in enumerate(args.backends.split(",")):
-        cfg = tmp / f"{backend}.toml"
-        cfg.write_text(
+    daemons = {
+        backend: Gitmd(
+            tmp / backend,
             f'[telemetry]\nbackend = "{backend}"\ninterval_s = {args.interval}\n'
-            f"[metrics]\nport = {19500 + i}\n"
+            f"[metrics]\nport = {19500 + i}\n",
         )
-        log = open(tmp / f"{backend}.log", "wb")  # noqa: SIM115
-        env = {**os.environ, **UNIT_ENV}
-        procs[backend] = subprocess.Popen(
-            [*gitmd_cmd(), "--config", str(cfg), "--prefix", str(tmp / backend)],
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+        for i, backend in enumerate(args.backends.split(","))
+    }
     try:
-        deadline = time.monotonic() + 30
-        for backend in procs:
-            sock = tmp / backend / "run" / "gitmd.sock"
-            while not sock.exists():
-                if procs[backend].poll() is not None or time.monotonic() > deadline:
-                    print((tmp / f"{backend}.log").read_text(), file=sys.stderr)
-                    raise SystemExit(f"gitmd ({backend}) did not start")
-                time.sleep(0.1)
+        for d in daemons.values():
+            d.start()
+        procs = {b: d.proc for b, d in daemons.items() if d.proc is not None}
         time.sleep(args.warmup)
         t0 = time.monotonic()
         c0 = {b: cpu_s(p.pid) for b, p in procs.items()}
@@ -117,10 +100,8 @@ def main() -> int:
                 "interval_s": args.interval,
             }
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            p.wait(30)
+        for d in daemons.values():
+            d.stop()
     print(
         f"gitmd cost at one sample every {args.interval:g} s, "
         f"{args.duration:g} s window after {args.warmup:g} s warm-up"

@@ -16,6 +16,15 @@ from gitmd.telemetry.backend import BYTE_METRICS, FLOAT_METRICS, GpuInfo, GpuSam
 _OPTIONAL_SAMPLE_FIELDS = (*FLOAT_METRICS, *BYTE_METRICS)
 
 
+def _optional(msg: Any, src: Any, *fields: str) -> Any:
+    """Set proto3 optional fields that have a value; absent stays absent (never a fake 0)."""
+    for f in fields:
+        v = getattr(src, f)
+        if v is not None:
+            setattr(msg, f, v)
+    return msg
+
+
 def status_to_pb(s: Status) -> Any:
     return pb.GetStatusResponse(
         version=s.version,
@@ -43,11 +52,7 @@ def gpu_to_pb(g: GpuInfo) -> Any:
         vendor=g.vendor,
         memory_total_bytes=g.memory_total_bytes,
     )
-    for f in ("sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_mw"):
-        v = getattr(g, f)
-        if v is not None:
-            setattr(msg, f, v)
-    return msg
+    return _optional(msg, g, "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_mw")
 
 
 def sample_to_pb(s: GpuSample) -> Any:
@@ -59,14 +64,9 @@ def sample_to_pb(s: GpuSample) -> Any:
         downsampled=s.downsampled,
         aggregated_samples=s.aggregated_samples,
     )
-    for f in _OPTIONAL_SAMPLE_FIELDS:
-        v = getattr(s, f)
-        if v is not None:
-            setattr(msg, f, v)
+    _optional(msg, s, *_OPTIONAL_SAMPLE_FIELDS)
     for p in s.processes:
-        proc = msg.processes.add(pid=p.pid, name=p.name)
-        if p.used_memory_bytes is not None:
-            proc.used_memory_bytes = p.used_memory_bytes
+        _optional(msg.processes.add(pid=p.pid, name=p.name), p, "used_memory_bytes")
     for e in s.errors:
         msg.errors.add(field=e.field, message=e.message)
     return msg
@@ -98,8 +98,7 @@ def job_to_pb(view: JobView) -> Any:
         msg.contract.checks.add(
             kind=c.kind, rtol=c.rtol, atol=c.atol, regex=c.regex, path=c.path, compare=c.compare
         )
-    if j.exit_code is not None:
-        msg.exit_code = j.exit_code
+    _optional(msg, j, "exit_code")
     if view.steps is not None:
         msg.step.CopyFrom(steps_to_pb(view.steps))
     for status, alive in view.processes:
@@ -158,10 +157,7 @@ def policy_to_pb(p: Policy) -> Any:
         pinned_by=p.pinned_by,
         evidence_json=json.dumps(p.evidence),
     )
-    for f in ("speedup", "ci_low", "ci_high"):
-        if getattr(p, f) is not None:
-            setattr(msg, f, getattr(p, f))
-    return msg
+    return _optional(msg, p, "speedup", "ci_low", "ci_high")
 
 
 def workload_to_pb(w: Workload) -> Any:
@@ -190,6 +186,4 @@ def untracked_to_pb(u: UntrackedProcess) -> Any:
         reason=u.reason,
         relaunch=u.relaunch,
     )
-    if u.used_memory_bytes is not None:
-        msg.used_memory_bytes = u.used_memory_bytes
-    return msg
+    return _optional(msg, u, "used_memory_bytes")
