@@ -1,5 +1,5 @@
 """One module per verb, each with ``register(subparsers, common)`` and ``run(args, client) -> int``."""
 
-from gitmctl.commands import gpus, job, jobs, library, run, status, telemetry, trace
+from gitmctl.commands import explain, gpus, job, jobs, library, run, status, telemetry, trace
 
-VERBS = (status, gpus, telemetry, run, jobs, job, trace, library)
+VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain)

@@ -188,3 +188,18 @@ def test_gitmctl_without_daemon_says_how_to_start(short_tmp: Path) -> None:
     s.close()
     r = ctl(short_tmp / "stale.sock", "gpus", check=False)
     assert r.returncode == 3 and "not running" in r.stderr
+
+
+def test_explain_a_capture_offline(short_tmp: Path) -> None:
+    import json as _json
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "capture-cuda-known-work.npz"
+    r = ctl(short_tmp / "no.sock", "explain", "--capture", str(fixture))  # no daemon needed
+    assert "pageable copies: 10" in r.stdout and "gitm_probe_kernel" in r.stdout
+    report = _json.loads(ctl(short_tmp / "no.sock", "explain", "--capture", str(fixture), "--json").stdout)
+    (p,) = report["processes"]
+    assert abs(sum(p["shares"].values()) - 1.0) < 1e-9 and p["step"]["found"]
+    bad = short_tmp / "bad.npz"
+    bad.write_bytes(b"not a capture")
+    r = ctl(short_tmp / "no.sock", "explain", "--capture", str(bad), check=False)
+    assert r.returncode == 2 and "not a gitm capture file" in r.stderr

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from gitmd.analysis.breakdown import breakdown
+from gitmd.capture import capture_file
+from gitmd.capture.abi import load
+from gitmd.capture.decode import Decoded
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def recs(kind: str, spans: list[tuple[int, int]], **fields: object) -> np.ndarray:
+    a = load()
+    code = {"kernels": 1, "memcpys": 2, "memsets": 3, "syncs": 4, "memory": 5}[kind]
+    out = np.zeros(len(spans), dtype=a.payloads[code])
+    out["type"] = code
+    for i, (s, e) in enumerate(spans):
+        out["start_ns"][i], out["end_ns"][i] = s, e
+    for k, v in fields.items():
+        out[k] = v
+    return out
+
+
+def decoded(**kinds: np.ndarray) -> Decoded:
+    empty = {k: recs(k, []) for k in ("kernels", "memcpys", "memsets", "syncs", "memory")}
+    a = load()
+    none = np.zeros(0, dtype=a.payloads[8])
+    return Decoded(
+        **{**empty, **kinds},
+        clocks=none,
+        windows=np.zeros(0, dtype=a.payloads[9]),
+        payloads=np.zeros(0, dtype=a.payloads[7]),
+    )
+
+
+def test_exact_split_of_a_constructed_window() -> None:
+    # times in ns; gaps farther apart than the 20 µs window in which an event "causes" a gap.
+    # kernels 0-100 and 50-200 µs overlap (busy 0-200); copy 300-400; kernel 600-700; window 0-1000 µs
+    us = 1000
+    d = decoded(
+        kernels=recs("kernels", [(0, 100 * us), (50 * us, 200 * us), (600 * us, 700 * us)]),
+        memcpys=recs("memcpys", [(300 * us, 400 * us)], src_kind=1, dst_kind=3, bytes=1 << 20, copy_kind=1),
+        syncs=recs("syncs", [(150 * us, 200 * us)]),  # returns as the GPU goes idle at 200 µs
+        memory=recs("memory", [(400 * us, 400 * us)], op=1),  # an allocation as the copy ends
+    )
+    b = breakdown(d, window=(0, 1000 * us))
+    assert b.kernels_ns == 300 * us and b.copies_ns == 100 * us
+    assert b.sync_stall_ns == 100 * us  # gap 200-300 follows the sync
+    assert b.allocator_ns == 200 * us  # gap 400-600 follows the allocation
+    assert b.launch_gap_ns == 300 * us  # gap 700-1000
+    assert sum(b.shares().values()) == 1.0
+    assert b.pageable_copies == 1 and b.pageable_ns == 100 * us
+    assert b.pageable_saving_ns == 100 * us - round((1 << 20) / 54.9e9 * 1e9)  # no pinned copy: H200 default
+
+
+def test_real_captures() -> None:
+    w = capture_file.loads(FIXTURES / "capture-cuda-known-work.npz")
+    b = breakdown(w.processes[0].records)
+    parts = b.kernels_ns + b.copies_ns + b.sync_stall_ns + b.allocator_ns + b.launch_gap_ns
+    assert parts == b.window_ns
+    assert b.pageable_copies == 10 and b.pageable_bytes == 10 * (4 << 20)
+    # measured from this capture's own pinned copies, not assumed
+    assert 30e9 < b.pinned_bytes_per_s < 80e9 and b.pageable_saving_ns > 0.5 * b.pageable_ns
+    child = min(
+        (
+            p
+            for p in capture_file.loads(FIXTURES / "capture-torch-known-work.npz").processes
+            if len(p.records.kernels)
+        ),
+        key=lambda p: len(p.records.kernels),
+    )
+    c = breakdown(child.records)
+    assert c.shares()["launch_gaps"] > 0.5  # 300 tiny multiplies: launch-bound
+
+
+def test_empty_records() -> None:
+    b = breakdown(decoded())
+    assert b.window_ns == 0 and b.kernels == 0
+    b = breakdown(dataclasses.replace(decoded()), window=(0, 1000))
+    assert b.launch_gap_ns == 1000
