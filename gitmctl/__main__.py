@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     from gitmctl.client import Client, ClientError, default_socket
 
     socket_path = getattr(args, "socket", None) or default_socket()
-    if args.verb == "explain":  # offline: reads a capture file
+    if args.verb == "explain" and args.capture:  # offline: reads a capture file
         from gitmctl.commands import explain
 
-        return explain.run_offline(args)
+        return explain.offline(args)
     if args.verb == "run":  # runs the command even when gitmd is unreachable
         from gitmctl.commands import run
 

@@ -20,6 +20,7 @@ from typing import Any
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
 from gitmd.analysis.fingerprint import signature
+from gitmd.analysis.report import WindowReport, window_report
 from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.capture import capture_file, duty
@@ -288,6 +289,19 @@ class Service:
             "step": steps,
         }
         return TraceResult((data[i : i + TRACE_CHUNK] for i in range(0, len(data), TRACE_CHUNK)), summary)
+
+    def attribution(self, id_or_name: str) -> WindowReport:
+        """The latest window of the job, analysed; a window is taken now if there is none yet."""
+        job = self.get_job(id_or_name).job
+        jc = self.capture.get(job.id) if self.capture is not None else None
+        if jc is None:
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
+        window = jc.last
+        if window is None:
+            assert self.capture is not None
+            window = self.capture.capture(job.id, self.config.capture.window_duration_s)
+            self._after_window(window)
+        return window_report(window)
 
     def duty_cycle(self) -> None:
         """One window for every tracked job that has a live process and no window open now."""

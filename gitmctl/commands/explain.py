@@ -1,7 +1,7 @@
-"""`gitmctl explain --capture FILE`: where a captured window's time went, per process — a bar per
-class, the step, the top kernels, and what pinned memory would save. Offline: no daemon needed.
-(Explaining a live job through the daemon, with causes and the levers they point to, is the
-attribution work still to come.)"""
+"""`gitmctl explain JOB` (through gitmd: the job's latest window) or `gitmctl explain --capture FILE`
+(offline): where the window's time went per process — a bar per class, the step, the top kernels,
+pageable copies and what pinned memory would save. Causes and the levers they point to come with
+the attribution work."""
 
 from __future__ import annotations
 
@@ -10,142 +10,86 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gitmctl import render
-from gitmd.analysis.breakdown import breakdown
-from gitmd.analysis.steps import detect
-from gitmd.capture import capture_file
+from gitmctl.client import Client, pb
 
 NAME = "explain"
 BAR = 40
+LABELS = {
+    "kernels": "GPU: kernels",
+    "copies": "GPU: copies",
+    "launch_gaps": "idle: launch gaps",
+    "sync_stall": "idle: after syncs",
+    "allocator": "idle: after alloc/free",
+}
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(NAME, parents=[common], help="where a captured window's time went (--capture FILE)")
-    p.add_argument("--capture", type=Path, required=True, help="a capture file (gitmctl trace --raw)")
-    p.add_argument("--top", type=int, default=8, help="kernels to list")
+    p = sub.add_parser(NAME, parents=[common], help="where a job's (or a capture file's) window time went")
+    p.add_argument("job", nargs="?", help="job id or name (its latest capture window)")
+    p.add_argument(
+        "--capture", type=Path, help="explain a capture file instead (gitmctl trace --raw); offline"
+    )
+    p.add_argument("--top", type=int, default=8, help="kernels to list (capture files)")
 
 
-def _top_kernels(r: Any, n: int) -> list[dict[str, Any]]:
-    k = r.kernels
-    if not len(k):
-        return []
-    dur = (k["end_ns"].astype(np.int64) - k["start_ns"].astype(np.int64)).astype(np.float64)
-    ids, inverse = np.unique(k["name_id"], return_inverse=True)
-    totals = np.bincount(inverse, weights=dur)
-    counts = np.bincount(inverse)
-    order = np.argsort(-totals)[:n]
-    total = float(dur.sum()) or 1.0
-    return [
-        {
-            "name": r.names.get(int(ids[i]), f"kernel#{int(ids[i])}"),
-            "count": int(counts[i]),
-            "total_ms": float(totals[i]) / 1e6,
-            "share": float(totals[i]) / total,
-        }
-        for i in order
-    ]
+def offline(args: argparse.Namespace) -> int:
+    from gitmd.analysis.report import window_report
+    from gitmd.api.convert import attribution_to_pb
+    from gitmd.capture import capture_file
 
-
-def analyse(path: Path, top: int) -> dict[str, Any]:
-    w = capture_file.loads(path)
-    procs = []
-    for p in w.processes:
-        r = p.records
-        if not (len(r.kernels) or len(r.memcpys)):
-            continue
-        b = breakdown(r)
-        st = detect(r.kernels["name_id"], r.kernels["start_ns"])
-        procs.append(
-            {
-                "pid": p.pid,
-                "window_ms": b.window_ns / 1e6,
-                "shares": b.shares(),
-                "pageable": {
-                    "copies": b.pageable_copies,
-                    "bytes": b.pageable_bytes,
-                    "ms": b.pageable_ns / 1e6,
-                    "saving_ms": b.pageable_saving_ns / 1e6,
-                    "pinned_gb_per_s": b.pinned_bytes_per_s / 1e9,
-                },
-                "allocator": {"allocs": b.alloc_count, "frees": b.free_count},
-                "syncs": b.sync_count,
-                "step": {
-                    "found": st.found,
-                    "reason": st.reason,
-                    "period_kernels": st.period_kernels,
-                    "steps": st.steps,
-                    "median_ms": st.median_ns / 1e6,
-                    "p10_ms": st.p10_ns / 1e6,
-                    "p90_ms": st.p90_ns / 1e6,
-                    "confidence": st.confidence,
-                },
-                "top_kernels": _top_kernels(r, top),
-            }
-        )
-    return {
-        "capture": str(path),
-        "job_id": w.job_id,
-        "window_id": w.window_id,
-        "processes": procs,
-        "notes": w.notes,
-    }
-
-
-LABELS = (
-    ("kernels", "GPU: kernels"),
-    ("copies", "GPU: copies"),
-    ("launch_gaps", "idle: launch gaps"),
-    ("sync_stall", "idle: after syncs"),
-    ("allocator", "idle: after alloc/free"),
-)
-
-
-def run_offline(args: argparse.Namespace) -> int:
     try:
-        report = analyse(args.capture, args.top)
+        report = attribution_to_pb(window_report(capture_file.loads(args.capture), args.top))
     except (OSError, capture_file.CaptureFileError) as e:
         print(f"gitmctl explain: {args.capture}: {e}", file=sys.stderr)
         return 2
+    return show(args, report, f"capture {args.capture}")
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    if not args.job:
+        print("gitmctl explain: give a job id or name, or --capture FILE", file=sys.stderr)
+        return 2
+    report = client.call(client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job))
+    return show(args, report, f"job {report.job_id}")
+
+
+def show(args: argparse.Namespace, a: Any, what: str) -> int:
     if args.json:
-        render.print_json(report)
+        render.print_json(a)
         return 0
-    print(f"capture {report['capture']}: job {report['job_id']}, window {report['window_id']}")
-    for p in report["processes"]:
-        print(f"\npid {p['pid']}, {p['window_ms']:.2f} ms of records")
-        for key, label in LABELS:
-            share = p["shares"][key]
-            print(f"  {label:<24} {'#' * round(share * BAR):<{BAR}} {100 * share:5.1f}%")
-        st = p["step"]
-        if st["found"]:
+    print(f"{what}: window {a.window_id}")
+    for p in a.processes:
+        print(f"\npid {p.pid}, {p.window_ms:.2f} ms of records")
+        for c in p.classes:
+            bar = "#" * round(c.share * BAR)
+            print(f"  {LABELS.get(c.name, c.name):<24} {bar:<{BAR}} {100 * c.share:5.1f}%")
+        st = p.step
+        if st.found:
             print(
-                f"  step: {st['median_ms']:.3f} ms median (p10 {st['p10_ms']:.3f}, p90 {st['p90_ms']:.3f}), "
-                f"{st['steps']} steps of {st['period_kernels']} kernels, confidence {st['confidence']:.2f}"
+                f"  step: {st.median_ms:.3f} ms median (p10 {st.p10_ms:.3f}, p90 {st.p90_ms:.3f}), "
+                f"{st.steps} steps of {st.period_kernels} kernels, confidence {st.confidence:.2f}"
             )
         else:
-            print(f"  step: none found ({st['reason']})")
-        pg = p["pageable"]
-        if pg["copies"]:
+            print(f"  step: none found ({st.reason})")
+        if p.pageable_copies:
             print(
-                f"  pageable copies: {pg['copies']}, {render.bytes_h(pg['bytes'])} in {pg['ms']:.3f} ms; "
-                f"at pinned bandwidth ({pg['pinned_gb_per_s']:.1f} GB/s) {pg['saving_ms']:.3f} ms less"
+                f"  pageable copies: {p.pageable_copies}, {render.bytes_h(p.pageable_bytes)} in "
+                f"{p.pageable_ms:.3f} ms; at pinned bandwidth ({p.pinned_gb_per_s:.1f} GB/s) "
+                f"{p.pageable_saving_ms:.3f} ms less"
             )
-        if p["allocator"]["allocs"] or p["allocator"]["frees"]:
-            print(f"  allocator: {p['allocator']['allocs']} allocations, {p['allocator']['frees']} frees")
-        if p["top_kernels"]:
+        if p.allocations or p.frees:
+            print(f"  allocator: {p.allocations} allocations, {p.frees} frees")
+        if p.top_kernels:
             render.table(
                 ("  KERNEL", "COUNT", "TOTAL ms", "SHARE"),
                 [
-                    (
-                        "  " + k["name"][:80],
-                        str(k["count"]),
-                        f"{k['total_ms']:.3f}",
-                        f"{100 * k['share']:.1f}%",
-                    )
-                    for k in p["top_kernels"]
+                    ("  " + k.name[:80], str(k.count), f"{k.total_ms:.3f}", f"{100 * k.share:.1f}%")
+                    for k in p.top_kernels
                 ],
             )
-    for note in report["notes"]:
+    if not a.processes:
+        print("no kernels or copies in the window")
+    for note in a.notes:
         print(f"note: {note}")
     return 0

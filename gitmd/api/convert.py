@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gitmd.analysis.steps import JobSteps
+from gitmd.analysis.report import CLASSES, WindowReport
+from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.api.pb import pb
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
@@ -187,3 +188,47 @@ def untracked_to_pb(u: UntrackedProcess) -> Any:
         relaunch=u.relaunch,
     )
     return _optional(msg, u, "used_memory_bytes")
+
+
+def _step_fields(st: StepStats) -> Any:
+    return pb.StepStats(
+        found=st.found,
+        reason=st.reason,
+        period_kernels=st.period_kernels,
+        steps=st.steps,
+        median_ms=st.median_ns / 1e6,
+        p10_ms=st.p10_ns / 1e6,
+        p90_ms=st.p90_ns / 1e6,
+        confidence=st.confidence,
+    )
+
+
+def attribution_to_pb(rep: WindowReport) -> Any:
+    msg = pb.Attribution(job_id=rep.job_id, window_id=rep.window_id, notes=rep.notes)
+    for p in rep.processes:
+        b = p.breakdown
+        shares = b.shares()
+        step = _step_fields(p.step)
+        step.pid = p.pid
+        step.window_id = rep.window_id
+        msg.processes.add(
+            pid=p.pid,
+            window_ms=b.window_ns / 1e6,
+            classes=[
+                pb.TimeClass(name=c, share=shares[c], ms=shares[c] * b.window_ns / 1e6) for c in CLASSES
+            ],
+            step=step,
+            pageable_copies=b.pageable_copies,
+            pageable_bytes=b.pageable_bytes,
+            pageable_ms=b.pageable_ns / 1e6,
+            pageable_saving_ms=b.pageable_saving_ns / 1e6,
+            pinned_gb_per_s=b.pinned_bytes_per_s / 1e9,
+            allocations=b.alloc_count,
+            frees=b.free_count,
+            syncs=b.sync_count,
+            top_kernels=[
+                pb.KernelTime(name=k.name, count=k.count, total_ms=k.total_ns / 1e6, share=k.share)
+                for k in p.top_kernels
+            ],
+        )
+    return msg

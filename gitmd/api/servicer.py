@@ -185,3 +185,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         context.add_callback(watch.cancel)
         for event in watch:
             yield pb.JobEvent(kind=event.kind, at_unix_ns=event.at_ns, job=convert.job_to_pb(event.view))
+
+    @_errors
+    def GetAttribution(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return convert.attribution_to_pb(self.svc.attribution(request.job_id))

@@ -198,7 +198,8 @@ def test_explain_a_capture_offline(short_tmp: Path) -> None:
     assert "pageable copies: 10" in r.stdout and "gitm_probe_kernel" in r.stdout
     report = _json.loads(ctl(short_tmp / "no.sock", "explain", "--capture", str(fixture), "--json").stdout)
     (p,) = report["processes"]
-    assert abs(sum(p["shares"].values()) - 1.0) < 1e-9 and p["step"]["found"]
+    assert abs(sum(c["share"] for c in p["classes"]) - 1.0) < 1e-9 and p["step"]["found"]
+    assert p["pageable_copies"] == 10 and p["pageable_saving_ms"] > 0
     bad = short_tmp / "bad.npz"
     bad.write_bytes(b"not a capture")
     r = ctl(short_tmp / "no.sock", "explain", "--capture", str(bad), check=False)

@@ -337,3 +337,21 @@ def test_watch_jobs_streams_the_lifecycle(daemon: Daemon, short_tmp: Path) -> No
     watcher.terminate()
     watcher.wait(10)
     assert kinds == ["registered", "running", "window", "exited"]
+
+
+@needs_shim
+def test_explain_a_running_job(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp, "--name", "explained")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    wait_for(lambda: ctl_json(daemon.socket, "job", job_id)["processes"])
+    report = ctl_json(daemon.socket, "explain", "explained")  # no window yet: one is taken now
+    assert report["job_id"] == job_id and report["window_id"] >= 1
+    assert "no kernels or copies" in ctl(daemon.socket, "explain", job_id).stdout  # no GPU here
+    assert ctl_json(daemon.socket, "job", job_id)["windows"] == 1  # the second used the latest window
+    stop.touch()
+    assert proc.wait(30) == 0
+    r = ctl(daemon.socket, "explain", check=False)
+    assert r.returncode == 2 and "--capture" in r.stderr
+    r = ctl(daemon.socket, "explain", "nope", check=False)
+    assert r.returncode == 4

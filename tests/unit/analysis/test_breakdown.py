@@ -82,3 +82,19 @@ def test_empty_records() -> None:
     assert b.window_ns == 0 and b.kernels == 0
     b = breakdown(dataclasses.replace(decoded()), window=(0, 1000))
     assert b.launch_gap_ns == 1000
+
+
+def test_window_report_and_its_api_message() -> None:
+    from gitmd.analysis.report import CLASSES, window_report
+    from gitmd.api.convert import attribution_to_pb
+
+    w = capture_file.loads(FIXTURES / "capture-torch-known-work.npz")
+    rep = window_report(w, top=2)
+    assert {p.pid for p in rep.processes} == {p.pid for p in w.processes if len(p.records.kernels)}
+    msg = attribution_to_pb(rep)
+    assert msg.job_id == w.job_id and len(msg.processes) == len(rep.processes)
+    for p in msg.processes:
+        assert [c.name for c in p.classes] == list(CLASSES)
+        assert abs(sum(c.share for c in p.classes) - 1.0) < 1e-9
+        assert len(p.top_kernels) == 1 and p.top_kernels[0].share == 1.0  # one kernel kind per process
+        assert p.step.found and p.step.pid == p.pid
