@@ -118,20 +118,11 @@ def job_to_pb(view: JobView) -> Any:
 
 
 def steps_to_pb(steps: JobSteps) -> Any:
-    st = steps.stats
-    return pb.StepStats(
-        found=st.found,
-        reason=st.reason,
-        pid=steps.pid,
-        window_id=steps.window_id,
-        period_kernels=st.period_kernels,
-        steps=st.steps,
-        median_ms=st.median_ns / 1e6,
-        p10_ms=st.p10_ns / 1e6,
-        p90_ms=st.p90_ns / 1e6,
-        confidence=st.confidence,
-        anchor_kernel=steps.anchor_kernel,
-    )
+    msg = _step_fields(steps.stats)
+    msg.pid = steps.pid
+    msg.window_id = steps.window_id
+    msg.anchor_kernel = steps.anchor_kernel
+    return msg
 
 
 def plan_to_pb(plan: LaunchPlan) -> Any:

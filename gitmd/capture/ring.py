@@ -152,6 +152,12 @@ class Ring:
         """Give ``n`` slots back to the producers (after their contents were copied out)."""
         self.hdr["tail"] = int(self.hdr["tail"]) + n
 
+    def discard(self) -> int:
+        """Give every published record back to the producers unread (no copy); how many."""
+        _, n = self.peek()
+        self.advance(n)
+        return n
+
     def drain(self, max_records: int | None = None) -> np.ndarray:
         """Copy the published records from tail on (in order) and advance tail past them."""
         rows, n = self.peek(max_records)

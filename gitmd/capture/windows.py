@@ -20,23 +20,16 @@ import numpy as np
 from gitmd.capture.abi import Abi
 from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
-from gitmd.jobs.liveness import ProcessWatcher
+from gitmd.jobs.liveness import ProcessWatcher, start_ticks
 
 log = logging.getLogger(__name__)
 
 KIND_BITS = {"kernel": 1, "memcpy": 2, "memset": 4, "sync": 8, "memory": 16}
 
 
-def process_alive(pid: int, start_ticks: int) -> bool:
+def process_alive(pid: int, ticks: int) -> bool:
     """The process that created a ring is still the one running under that pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19]) == start_ticks
-    except (IndexError, ValueError):
-        return False
+    return start_ticks(pid) == ticks
 
 
 @dataclass
@@ -171,7 +164,7 @@ class CaptureManager:
             self.discover(jc)
             notes: list[str] = []
             for pc in jc.procs.values():
-                pc.ring.drain()  # anything left from before is not this window's
+                pc.ring.discard()  # anything left from before is not this window's
             live = {n: pc for n, pc in jc.procs.items() if pc.alive}
             start_real = time.time_ns()
             seqs = {

@@ -197,3 +197,10 @@ def test_drain_across_the_wrap_keeps_order(write_ring: WriteRing) -> None:
     assert len(d.kernels) == 50
     assert d.kernels["start_ns"].tolist() == list(range(10_000, 10_050))
     assert ring.pending() == 0
+
+
+def test_discard_gives_slots_back_unread(write_ring: WriteRing) -> None:
+    ring = Ring(write_ring(100, 256))
+    head = int(ring.hdr["head"])
+    assert ring.discard() == head and ring.pending() == 0 and len(ring.drain()) == 0
+    assert ring.discard() == 0
