@@ -64,6 +64,7 @@ class CaptureConfig:
     window_duration_s: float = 2.0
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
+    context_interval_ms: int = 25  # host and GPU sampling period while a window is open
     kinds: tuple[str, ...] = CAPTURE_KINDS
     overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
@@ -86,6 +87,7 @@ class SimProcess:
     used_memory_bytes: int = 1 << 30
     start_s: float = 0.0
     end_s: float | None = None
+    sm_util_pct: float = 50.0  # what its per-process utilization samples say
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "window_duration_s": _positive_float,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
+        "context_interval_ms": _int_range(5, 10_000),
         "kinds": _kinds,
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
@@ -247,6 +250,7 @@ _PROCESS_SCHEMA: dict[str, Checker] = {
     "used_memory_bytes": _int_range(0, 2**62),
     "start_s": _nonneg_float,
     "end_s": _nonneg_float,
+    "sm_util_pct": _nonneg_float,
 }
 
 

@@ -18,6 +18,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitmd import __version__, sdnotify
 from gitmd.capture import abi as capture_abi
+from gitmd.capture.context import ContextSampler
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
 from gitmd.errors import GitmdError
@@ -106,7 +107,7 @@ class Daemon:
             scheduler.start()
             self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))
 
-            capture = self._capture_manager()
+            capture = self._capture_manager(backend)
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
@@ -131,7 +132,7 @@ class Daemon:
         )
         log.info("gitmd %s ready (config: %s)", __version__, cfg.source or "built-in defaults")
 
-    def _capture_manager(self) -> CaptureManager | None:
+    def _capture_manager(self, backend: TelemetryBackend) -> CaptureManager | None:
         try:
             abi = capture_abi.load()
         except (OSError, ValueError) as e:
@@ -140,7 +141,12 @@ class Daemon:
         c = self.config.capture
         watcher = ProcessWatcher()
         self._on_stop("process watcher", watcher.close)
-        return CaptureManager(abi, c.kinds, c.flush_interval_ms, watcher)
+        interval_s = c.context_interval_ms / 1000
+
+        def context() -> ContextSampler:
+            return ContextSampler(backend, interval_s)
+
+        return CaptureManager(abi, c.kinds, c.flush_interval_ms, watcher, context)
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:
         t = self.config.telemetry

@@ -20,9 +20,11 @@ from typing import Any
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
 from gitmd.analysis.fingerprint import signature
-from gitmd.analysis.report import WindowReport, window_report
+from gitmd.analysis.model import History
+from gitmd.analysis.report import WindowReport, add_to_history, window_report
 from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
+from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
 from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager, WindowResult
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TELEMETRY_LIMIT = 10_000
 MAX_TRACE_S = 300.0
+REPORTS_KEPT = 8  # attribution reports kept per job (gitmctl explain --window)
 REAP_AFTER_S = 60.0  # every process of a job gone this long, and no exit reported: the job is lost
 EXPIRE_UNSTARTED_S = 3600.0  # registered, never started a CUDA process
 LOST_EXIT_CODE = -1000
@@ -117,6 +120,13 @@ class Service:
         self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self._steps: dict[str, JobSteps] = {}
+        # Per job: the expected-duration history from its earlier windows, and its newest window
+        # (folded into the history when the next one comes, so a report never judges a window
+        # against itself).
+        self._history: dict[str, History] = {}
+        self._newest: dict[str, WindowResult] = {}
+        self._reports: dict[str, dict[int, WindowReport]] = {}
+        self.granger = GrangerWorker()
         self.started_at_ns = time.time_ns()
         self._started_mono = time.monotonic()
         self._gpus = backend.gpus()
@@ -246,6 +256,7 @@ class Service:
     def report_exit(self, job_id: str, exit_code: int) -> JobView:
         if self.capture is not None:
             self.capture.untrack(job_id)
+        self._forget(job_id)
         view = JobView(
             self.jobs.exited(job_id, exit_code), [], 0, self._steps.get(job_id), self._policies.get(job_id, 0)
         )
@@ -290,9 +301,13 @@ class Service:
         }
         return TraceResult((data[i : i + TRACE_CHUNK] for i in range(0, len(data), TRACE_CHUNK)), summary)
 
-    def attribution(self, id_or_name: str) -> WindowReport:
-        """The latest window of the job, analysed; a window is taken now if there is none yet."""
+    def attribution(self, id_or_name: str, window_id: int = 0) -> WindowReport:
+        """A window of the job analysed: the latest (taken now if there is none yet), or one of the
+        REPORTS_KEPT latest reports by window id."""
         job = self.get_job(id_or_name).job
+        kept = self._reports.setdefault(job.id, {})
+        if window_id and window_id in kept:
+            return kept[window_id]
         jc = self.capture.get(job.id) if self.capture is not None else None
         if jc is None:
             raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
@@ -301,7 +316,19 @@ class Service:
             assert self.capture is not None
             window = self.capture.capture(job.id, self.config.capture.window_duration_s)
             self._after_window(window)
-        return window_report(window)
+        if window_id and window_id != window.window_id:
+            held = sorted({*kept, window.window_id})
+            raise NotFoundError(
+                f"window {window_id} of job {job.id} is not held; gitmd keeps the latest window and "
+                f"the reports it made: {', '.join(map(str, held))}"
+            )
+        if window.window_id in kept:
+            return kept[window.window_id]
+        report = window_report(window, history=self._history.get(job.id), tester=self.granger)
+        kept[window.window_id] = report
+        for old in sorted(kept)[:-REPORTS_KEPT]:
+            del kept[old]
+        return report
 
     def duty_cycle(self) -> None:
         """One window for every tracked job that has a live process and no window open now."""
@@ -365,14 +392,24 @@ class Service:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
             if self.capture is not None:
                 self.capture.untrack(job.id)
+                self._forget(job.id)
             self._publish("lost", JobView(self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost"), [], 0))
             self._all_dead_since.pop(job.id, None)
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
 
+    def _forget(self, job_id: str) -> None:
+        self._history.pop(job_id, None)
+        self._newest.pop(job_id, None)
+        self._reports.pop(job_id, None)
+
     def _after_window(self, window: WindowResult) -> JobSteps | None:
         """Steps and fingerprint of a finished window (when it shows them); always a "window" event."""
+        prev = self._newest.get(window.job_id)
+        if prev is not None and prev is not window:
+            add_to_history(self._history.setdefault(window.job_id, History()), prev)
+        self._newest[window.job_id] = window
         steps = job_steps(window)
         job = self.jobs.get(window.job_id)
         if steps is not None:
@@ -415,5 +452,6 @@ class Service:
         self.alive.clear()
         self.sampler.close_all()
         self._duty_pool.shutdown(wait=False, cancel_futures=True)
+        self.granger.close()
         if self.capture is not None:
             self.capture.close_all_windows()

@@ -1,7 +1,8 @@
-"""`gitmctl explain JOB` (through gitmd: the job's latest window) or `gitmctl explain --capture FILE`
-(offline): where the window's time went per process — a bar per class, the step, the top kernels,
-pageable copies and what pinned memory would save. Causes and the levers they point to come with
-the attribution work."""
+"""`gitmctl explain JOB` (through gitmd: the job's latest window, judged against its earlier ones) or
+`gitmctl explain --capture FILE [--history FILE ...]` (offline): where the window's time went per
+process — a bar per class, the step, the top kernels, pageable copies and what pinned memory would
+save —, then the causes of lost time ranked by cost with their evidence, the Granger tests that
+support them, and the lever classes each cause selects."""
 
 from __future__ import annotations
 
@@ -30,19 +31,36 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument(
         "--capture", type=Path, help="explain a capture file instead (gitmctl trace --raw); offline"
     )
+    p.add_argument(
+        "--history",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="earlier capture files of the same job: the expected kernel durations come from them",
+    )
+    p.add_argument("--window", type=int, default=0, help="a window id of the job (default: the latest)")
     p.add_argument("--top", type=int, default=8, help="kernels to list (capture files)")
+    p.add_argument("--tests", action="store_true", help="list every Granger test, not only significant ones")
 
 
 def offline(args: argparse.Namespace) -> int:
-    from gitmd.analysis.report import window_report
+    from gitmd.analysis.report import history_of, window_report
     from gitmd.api.convert import attribution_to_pb
     from gitmd.capture import capture_file
 
-    try:
-        report = attribution_to_pb(window_report(capture_file.loads(args.capture), args.top))
-    except (OSError, capture_file.CaptureFileError) as e:
-        print(f"gitmctl explain: {args.capture}: {e}", file=sys.stderr)
+    windows = []
+    for f in [*args.history, args.capture]:
+        try:
+            windows.append(capture_file.loads(f))
+        except (OSError, capture_file.CaptureFileError) as e:
+            print(f"gitmctl explain: {f}: {e}", file=sys.stderr)
+            return 2
+    *past, w = windows
+    if any(h.job_id != w.job_id for h in past):
+        print("gitmctl explain: --history files are of another job than --capture", file=sys.stderr)
         return 2
+    report = attribution_to_pb(window_report(w, args.top, history_of(past) if past else None))
     return show(args, report, f"capture {args.capture}")
 
 
@@ -50,7 +68,12 @@ def run(args: argparse.Namespace, client: Client) -> int:
     if not args.job:
         print("gitmctl explain: give a job id or name, or --capture FILE", file=sys.stderr)
         return 2
-    report = client.call(client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job))
+    if args.window < 0:
+        print("gitmctl explain: --window must be a window id (>= 1)", file=sys.stderr)
+        return 2
+    report = client.call(
+        client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job, window_id=args.window)
+    )
     return show(args, report, f"job {report.job_id}")
 
 
@@ -90,6 +113,66 @@ def show(args: argparse.Namespace, a: Any, what: str) -> int:
             )
     if not a.processes:
         print("no kernels or copies in the window")
+    show_context(a)
+    show_causes(a, getattr(args, "tests", False))
     for note in a.notes:
         print(f"note: {note}")
     return 0
+
+
+def show_context(a: Any) -> None:
+    if a.HasField("host"):
+        h = a.host
+        print(
+            f"\nhost: {len(h.cores)} core(s) allowed, {h.threads} threads; "
+            f"busiest thread {h.main_tid} waited for a CPU {100 * h.main_wait_share:.1f}% of the window; "
+            f"other tasks used {100 * h.others_load:.0f}% of the job's cores"
+        )
+    if a.HasField("gpu"):
+        g = a.gpu
+        parts = [f"GPU {','.join(map(str, g.gpus))}: utilization {g.util_pct:.0f}%"]
+        if g.throttled_share:
+            parts.append(
+                f"slowed down ({', '.join(g.throttle_reasons)}) {100 * g.throttled_share:.0f}% of samples"
+            )
+        if g.power_capped_share:
+            parts.append(
+                f"at its {g.power_limit_w:.0f} W power limit {100 * g.power_capped_share:.0f}% of samples"
+            )
+        if g.cotenants:
+            parts.append(
+                f"{g.cotenants} other process(es), active {100 * g.cotenant_share:.0f}% of samples "
+                f"at {g.cotenant_sm_pct:.0f}% SM"
+            )
+        print("; ".join(parts))
+
+
+def show_causes(a: Any, all_tests: bool) -> None:
+    if not a.causes:
+        return
+    basis = f"{a.history_windows} earlier window(s)" if a.history_windows else "this window itself"
+    above = [c for c in a.causes if c.above_threshold]
+    print(
+        f"\ncauses (pid {a.cause_pid}; threshold {100 * a.threshold:.0f}% of the window; "
+        f"expected kernel durations from {basis}):"
+    )
+    if not above:
+        print("  none above threshold")
+    for c in a.causes:
+        if not c.above_threshold and c.share < 0.01:
+            continue
+        mark = "*" if c.above_threshold else " "
+        bar = "#" * round(min(1.0, c.share) * BAR)
+        print(
+            f"{mark} {c.name:<16} {bar:<{BAR}} {100 * c.share:5.1f}%  {c.ms:8.2f} ms  conf {c.confidence:.2f}"
+        )
+        for e in c.evidence:
+            print(f"      {e}")
+        if c.above_threshold:
+            print("      levers: " + (", ".join(c.levers) or "none in the catalog"))
+    tests = [t for t in a.tests if all_tests or t.significant]
+    if tests:
+        print("\nGranger tests" + ("" if all_tests else " (significant)") + ":")
+        for t in tests:
+            status = f"lag {t.lag}, p={t.p_value:.3g}, q={t.q_value:.3g}" if not t.note else t.note
+            print(f"  {t.series:>18} -> {t.target:<16} {status}{' (differenced)' if t.differenced else ''}")

@@ -1,9 +1,10 @@
 """Where a window's time went, per process: a breakdown that sums to the window.
 
 GPU time is the union of the process's kernels, copies and memsets. GPU-idle time is split by what
-the host was doing just before the GPU went idle: an idle gap that starts as a synchronization
-returns is a sync stall (the pipeline drained and had to refill), one that starts at an allocation
-or free is allocator time, and the rest are launch gaps (the GPU waiting for the host to issue work).
+the host was doing when the GPU went idle: a gap that starts while the host is blocked in a
+synchronization (or within GAP_CAUSE_WINDOW_NS of it returning) is a sync stall — the pipeline
+drained and had to be refilled —, one that starts inside or right after an allocation or free is
+allocator time, and the rest are launch gaps (the GPU waiting for the host to issue work).
 Pageable copies are also costed against pinned bandwidth: what registering the buffer would save.
 """
 
@@ -66,16 +67,45 @@ def _total(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((ends - starts).sum())
 
 
-def _preceded_by(gap_starts: np.ndarray, event_ends: np.ndarray) -> np.ndarray:
-    """For each gap, whether some event ended within GAP_CAUSE_WINDOW_NS before (or at) its start."""
-    if len(event_ends) == 0 or len(gap_starts) == 0:
+def _during(gap_starts: np.ndarray, ev_starts: np.ndarray, ev_ends: np.ndarray) -> np.ndarray:
+    """For each gap, whether it started inside a host event (start .. end + GAP_CAUSE_WINDOW_NS),
+    or within GAP_CAUSE_WINDOW_NS before one."""
+    if len(ev_starts) == 0 or len(gap_starts) == 0:
         return np.zeros(len(gap_starts), dtype=bool)
-    ends = np.sort(event_ends)
-    i = np.searchsorted(ends, gap_starts + GAP_CAUSE_WINDOW_NS, side="right") - 1
+    order = np.argsort(ev_starts, kind="stable")
+    s = ev_starts[order] - GAP_CAUSE_WINDOW_NS
+    e = np.maximum.accumulate(np.maximum(ev_ends[order], ev_starts[order])) + GAP_CAUSE_WINDOW_NS
+    i = np.searchsorted(s, gap_starts, side="right") - 1
     ok = i >= 0
-    near = np.zeros(len(gap_starts), dtype=bool)
-    near[ok] = ends[i[ok]] >= gap_starts[ok] - GAP_CAUSE_WINDOW_NS
-    return near
+    inside = np.zeros(len(gap_starts), dtype=bool)
+    inside[ok] = e[i[ok]] >= gap_starts[ok]
+    return inside
+
+
+def _refill(gap_s: np.ndarray, gap_len: np.ndarray, taken: np.ndarray, syncs: np.ndarray) -> np.ndarray:
+    """Gaps of the refill after each synchronization: the host, blocked in the sync for its whole
+    duration, could have issued the next work then; so the idle gaps between a sync's return and
+    the next sync are the sync's, up to the time the host spent blocked in it (the rest, if any,
+    are launch gaps: a host that is slower than the GPU even when it never waits)."""
+    out = np.zeros(len(gap_s), dtype=bool)
+    if len(syncs) == 0 or len(gap_s) == 0:
+        return out
+    order = np.argsort(syncs["end_ns"], kind="stable")
+    ends = syncs["end_ns"].astype(np.int64)[order]
+    budget = (ends - syncs["start_ns"].astype(np.int64)[order]).clip(0)
+    k = np.searchsorted(ends, gap_s, side="right") - 1  # the last sync that returned before the gap
+    cand = np.flatnonzero((k >= 0) & ~taken)
+    if not len(cand):
+        return out
+    group = k[cand]
+    length = gap_len[cand]
+    # gap time already used of each sync's budget, before this gap (gaps come in time order)
+    csum = np.cumsum(length)
+    first = np.r_[True, group[1:] != group[:-1]]
+    start_of_group = np.maximum.accumulate(np.where(first, np.arange(len(cand)), 0))
+    before = csum - length - (csum[start_of_group] - length[start_of_group])
+    out[cand] = before + length <= budget[group]
+    return out
 
 
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
@@ -108,8 +138,10 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     keep = gap_e > gap_s
     gap_s, gap_e = gap_s[keep], gap_e[keep]
     gap_len = gap_e - gap_s
-    after_sync = _preceded_by(gap_s, r.syncs["end_ns"].astype(np.int64))
-    after_alloc = _preceded_by(gap_s, r.memory["end_ns"].astype(np.int64)) & ~after_sync
+    sy, me = r.syncs, r.memory
+    after_sync = _during(gap_s, sy["start_ns"].astype(np.int64), sy["end_ns"].astype(np.int64))
+    after_alloc = _during(gap_s, me["start_ns"].astype(np.int64), me["end_ns"].astype(np.int64)) & ~after_sync
+    after_sync = after_sync | _refill(gap_s, gap_len, after_sync | after_alloc, sy)
     sync_ns = int(gap_len[after_sync].sum())
     alloc_ns = int(gap_len[after_alloc].sum())
     launch_ns = int(gap_len[~after_sync & ~after_alloc].sum())

@@ -1,19 +1,32 @@
 """The attribution report of one window: per process, the time breakdown, the step, the top
-kernels, pageable copies and allocator activity. One builder for the daemon (GetAttribution) and
-for offline capture files (gitmctl explain --capture)."""
+kernels, pageable copies and allocator activity; for the job's busiest process, the causes of lost
+time ranked by cost with their evidence, the Granger tests behind them and the levers they select.
+One builder for the daemon (GetAttribution) and for offline capture files (gitmctl explain --capture).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from gitmd.analysis import causality, context_stats
 from gitmd.analysis.breakdown import Breakdown, breakdown
+from gitmd.analysis.causality import GrangerTest
+from gitmd.analysis.causes import Cause, rank
+from gitmd.analysis.context_stats import GpuStats, HostStats
+from gitmd.analysis.model import History, KernelModel, Residuals, summarize
 from gitmd.analysis.steps import StepStats, detect
+from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.capture.decode import Decoded
-from gitmd.capture.windows import WindowResult
+from gitmd.capture.windows import ProcessWindow, WindowResult
 
 CLASSES = ("kernels", "copies", "launch_gaps", "sync_stall", "allocator")
+MIN_BIN_NS = 10_000_000
+
+Tester = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[GrangerTest]]
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,13 @@ class WindowReport:
     window_id: int
     processes: list[ProcessReport]
     notes: list[str]
+    cause_pid: int = 0  # the process the causes are about (the one with the most kernels)
+    causes: list[Cause] = field(default_factory=list)
+    tests: list[GrangerTest] = field(default_factory=list)
+    host: HostStats | None = None
+    gpu: GpuStats | None = None
+    residuals: Residuals | None = None
+    history_windows: int = 0
 
 
 def top_kernels(r: Decoded, n: int) -> list[KernelTime]:
@@ -60,7 +80,26 @@ def top_kernels(r: Decoded, n: int) -> list[KernelTime]:
     ]
 
 
-def window_report(w: WindowResult, top: int = 8) -> WindowReport:
+def busiest(w: WindowResult) -> ProcessWindow | None:
+    procs = [p for p in w.processes if len(p.records.kernels) or len(p.records.memcpys)]
+    return max(procs, key=lambda p: (len(p.records.kernels), len(p.records.memcpys))) if procs else None
+
+
+def idle_share(b: Breakdown) -> float:
+    return (b.launch_gap_ns + b.sync_stall_ns + b.allocator_ns) / b.window_ns if b.window_ns else 0.0
+
+
+def window_report(
+    w: WindowResult,
+    top: int = 8,
+    history: History | None = None,
+    tester: Tester | None = causality.granger,
+) -> WindowReport:
+    """``history``: the job's earlier windows (history_of); the expected-duration model comes from
+    them, or from this window when there are none. ``tester``: runs the Granger tests (None: none)."""
+    w = dataclasses.replace(
+        w, processes=[dataclasses.replace(p, records=p.records.timed()) for p in w.processes]
+    )
     procs = []
     for p in w.processes:
         r = p.records
@@ -71,4 +110,61 @@ def window_report(w: WindowResult, top: int = 8) -> WindowReport:
                 p.pid, breakdown(r), detect(r.kernels["name_id"], r.kernels["start_ns"]), top_kernels(r, top)
             )
         )
-    return WindowReport(w.job_id, w.window_id, procs, list(w.notes))
+    main = busiest(w)
+    if main is None:
+        return WindowReport(w.job_id, w.window_id, procs, list(w.notes))
+    notes = list(w.notes)
+    past = history is not None and history.windows > 0
+    model = history.model() if history is not None and past else KernelModel.fit([main.records])
+    resid = summarize(model, main.records, from_history=past)
+    hist_idle = history.idle_share() if history is not None and past else None
+    host = context_stats.host_stats(w.context)
+    gpu = context_stats.gpu_stats(w.context)
+    tests: list[GrangerTest] = []
+    offset = cupti_to_real_offset(main.clock_pairs)
+    if tester is not None and offset is not None and len(w.context.host) >= 2:
+        ctx = w.context
+        bin_ns = max(MIN_BIN_NS, round(ctx.interval_s * 1e9))
+        edges = causality.edges_for(int(ctx.host["t_ns"][0]), int(ctx.host["t_ns"][-1]), bin_ns)
+        if len(edges) - 1 >= causality.MIN_BINS:
+            try:
+                tests = tester(
+                    causality.targets(main.records, offset, model, edges), context_stats.series(ctx, edges)
+                )
+            except Exception as e:  # the tests are evidence; their failure must not cost the report
+                notes.append(f"Granger tests not run: {type(e).__name__}: {e}")
+        else:
+            notes.append(
+                f"Granger tests not run: the window holds {len(edges) - 1} bins of {bin_ns / 1e6:.0f} ms, "
+                f"fewer than {causality.MIN_BINS}"
+            )
+    b = next(p.breakdown for p in procs if p.pid == main.pid)
+    causes = rank(b, main.records, host, gpu, resid, hist_idle, tests)
+    return WindowReport(
+        w.job_id,
+        w.window_id,
+        procs,
+        notes,
+        main.pid,
+        causes,
+        tests,
+        host,
+        gpu,
+        resid,
+        history.windows if history is not None else 0,
+    )
+
+
+def add_to_history(history: History, w: WindowResult) -> None:
+    """Fold a window of the job into its history (its busiest process, timed records only)."""
+    main = busiest(w)
+    if main is not None:
+        r = main.records.timed()
+        history.add(r, idle_share(breakdown(r)))
+
+
+def history_of(windows: list[WindowResult]) -> History:
+    h = History()
+    for w in windows:
+        add_to_history(h, w)
+    return h

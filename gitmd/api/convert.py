@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gitmd.analysis.causes import THRESHOLD
 from gitmd.analysis.report import CLASSES, WindowReport
 from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.api.pb import pb
@@ -195,7 +196,63 @@ def _step_fields(st: StepStats) -> Any:
 
 
 def attribution_to_pb(rep: WindowReport) -> Any:
-    msg = pb.Attribution(job_id=rep.job_id, window_id=rep.window_id, notes=rep.notes)
+    msg = pb.Attribution(
+        job_id=rep.job_id,
+        window_id=rep.window_id,
+        notes=rep.notes,
+        cause_pid=rep.cause_pid,
+        threshold=THRESHOLD,
+        history_windows=rep.history_windows,
+        kernel_excess_ms=rep.residuals.excess_ns / 1e6 if rep.residuals is not None else 0.0,
+    )
+    for c in rep.causes:
+        msg.causes.add(
+            name=c.name,
+            ms=c.cost_ns / 1e6,
+            share=c.share,
+            confidence=c.confidence,
+            above_threshold=c.above_threshold,
+            evidence=list(c.evidence),
+            levers=list(c.levers),
+        )
+    for t in rep.tests:
+        msg.tests.add(
+            target=t.target,
+            series=t.series,
+            lag=t.lag,
+            p_value=t.p_value,
+            q_value=t.q_value,
+            significant=t.significant,
+            differenced=t.differenced,
+            note=t.note,
+        )
+    if (h := rep.host) is not None:
+        msg.host.CopyFrom(
+            pb.HostContext(
+                cores=list(h.cores),
+                threads=h.threads,
+                main_tid=h.main_tid,
+                main_wait_share=h.main_wait_share,
+                job_wait_ms=h.job_wait_ns / 1e6,
+                others_load=h.others_load,
+                samples=h.samples,
+            )
+        )
+    if (g := rep.gpu) is not None:
+        msg.gpu.CopyFrom(
+            pb.GpuContext(
+                gpus=list(g.gpus),
+                throttled_share=g.throttled_share,
+                throttle_reasons=list(g.reasons),
+                power_capped_share=g.power_capped_share,
+                power_limit_w=g.power_limit_w,
+                cotenants=g.cotenants,
+                cotenant_share=g.cotenant_share,
+                cotenant_sm_pct=g.cotenant_sm_pct,
+                util_pct=g.util_pct,
+                samples=g.samples,
+            )
+        )
     for p in rep.processes:
         b = p.breakdown
         shares = b.shares()

@@ -188,4 +188,4 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_errors
     def GetAttribution(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.attribution_to_pb(self.svc.attribution(request.job_id))
+        return convert.attribution_to_pb(self.svc.attribution(request.job_id, request.window_id))

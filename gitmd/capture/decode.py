@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,18 @@ class Decoded:
     @property
     def count(self) -> int:
         return sum(len(a) for a in (self.kernels, self.memcpys, self.memsets, self.syncs, self.memory))
+
+    def timed(self) -> Decoded:
+        """Without the kernels, copies and memsets CUPTI gave no timestamps (start 0, or an end
+        before the start): the shim counts those as missing timestamps; timing analysis skips them."""
+
+        def ok(a: np.ndarray) -> np.ndarray:
+            good = (a["start_ns"] > 0) & (a["end_ns"] >= a["start_ns"])
+            return a if bool(good.all()) else a[good]
+
+        return dataclasses.replace(
+            self, kernels=ok(self.kernels), memcpys=ok(self.memcpys), memsets=ok(self.memsets)
+        )
 
 
 class NameTable:

@@ -12,12 +12,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from gitmd.capture.abi import Abi
+from gitmd.capture.context import ContextSampler, WindowContext
 from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
 from gitmd.jobs.liveness import ProcessWatcher, start_ticks
@@ -61,6 +63,7 @@ class WindowResult:
     end_real_ns: int
     processes: list[ProcessWindow]
     notes: list[str]
+    context: WindowContext = field(default_factory=WindowContext.empty)
 
 
 @dataclass
@@ -78,9 +81,15 @@ class JobCapture:
 
 class CaptureManager:
     def __init__(
-        self, abi: Abi, kinds: tuple[str, ...], flush_interval_ms: int, watcher: ProcessWatcher | None = None
+        self,
+        abi: Abi,
+        kinds: tuple[str, ...],
+        flush_interval_ms: int,
+        watcher: ProcessWatcher | None = None,
+        context: Callable[[], ContextSampler] | None = None,
     ) -> None:
         self.abi = abi
+        self.context = context
         self.watcher = watcher
         self.kinds_mask = sum(KIND_BITS[k] for k in kinds)
         self.flush_interval_ms = flush_interval_ms
@@ -172,6 +181,9 @@ class CaptureManager:
                 for n, pc in live.items()
             }
             self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
+            sampler = self.context() if self.context is not None else None
+            if sampler is not None:
+                sampler.start([pc.ring.pid for pc in live.values()])
             deadline = time.monotonic() + duration_s
             while (left := deadline - time.monotonic()) > 0:
                 time.sleep(min(left, 0.5))
@@ -182,6 +194,8 @@ class CaptureManager:
                     if n not in live and pc.alive:
                         live[n] = pc
                         seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+            context = sampler.stop() if sampler is not None else WindowContext.empty()
+            notes += context.notes
             seqs = {n: pc.ring.close_window() for n, pc in live.items()}
             self._wait_acks(live, seqs, ack_timeout_s, notes, "close")
             end_real = time.time_ns()
@@ -193,7 +207,7 @@ class CaptureManager:
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
                 pairs = _clock_pairs(pc.ring, decoded)
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
-            result = WindowResult(job_id, window_id, start_real, end_real, procs, notes)
+            result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
             jc.windows += 1
             jc.last = result
             return result

@@ -102,6 +102,15 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class ProcessUtilization:
+    """One of the vendor's per-process utilization samples (NVML takes them every ~1/6 s)."""
+
+    pid: int
+    ts_us: int  # unix time, microseconds
+    sm_util_pct: float
+
+
+@dataclass(frozen=True)
 class FieldError:
     field: str
     message: str
@@ -184,6 +193,17 @@ class TelemetryBackend(abc.ABC):
     @abc.abstractmethod
     def sample(self, index: int) -> GpuSample:
         """A fresh reading of GPU ``index``. Must not raise for a field that fails."""
+
+    def fast_sample(self, index: int) -> GpuSample:
+        """A reading cheap enough to take every few tens of ms during a capture window: clocks,
+        power, temperature, clock event reasons, utilization and the pids of its processes. Fields
+        that are slow to read (PCIe throughput blocks for 20 ms on NVML) may be left out."""
+        return self.sample(index)
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtilization]:
+        """Per-process utilization samples of GPU ``index`` newer than ``since_us``; [] where the
+        vendor library offers none. Must not raise."""
+        return []
 
 
 F = TypeVar("F", bound=Callable[..., Any])

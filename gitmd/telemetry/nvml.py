@@ -16,6 +16,7 @@ from gitmd.telemetry.backend import (
     GpuInfo,
     GpuProcess,
     GpuSample,
+    ProcessUtilization,
     SampleBuilder,
     TelemetryBackend,
     decode_reasons,
@@ -124,6 +125,23 @@ class NvmlBackend(TelemetryBackend):
         )
 
     def sample(self, index: int) -> GpuSample:
+        return self._read(index, fast=False)
+
+    def fast_sample(self, index: int) -> GpuSample:
+        return self._read(index, fast=True)
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtilization]:
+        nv = self._nvml
+        assert nv is not None
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(self._handles[index], since_us)
+        except nv.NVMLError:  # NOT_FOUND when no process ran since; NOT_SUPPORTED on some boards
+            return []
+        except Exception:  # a binding without the function, or a ctypes failure
+            return []
+        return [ProcessUtilization(int(x.pid), int(x.timeStamp), float(x.smUtil)) for x in samples]
+
+    def _read(self, index: int, fast: bool) -> GpuSample:
         nv = self._nvml
         assert nv is not None
         h = self._handles[index]
@@ -155,6 +173,16 @@ class NvmlBackend(TelemetryBackend):
             mem = call("memory", nv.nvmlDeviceGetMemoryInfo, h)
             b.values["memory_used_bytes"] = int(mem.used)
             b.values["memory_total_bytes"] = int(mem.total)
+        if fast:
+            with b.reading("clock_event_reasons"):
+                if self._reasons_fn is not None:
+                    b.values["clock_event_reasons"] = decode_reasons(
+                        int(call("clock_event_reasons", self._reasons_fn, h))
+                    )
+            with b.reading("processes"):
+                procs = call("processes", nv.nvmlDeviceGetComputeRunningProcesses, h)
+                b.values["processes"] = tuple(GpuProcess(pid=int(p.pid)) for p in procs)
+            return b.build()
         # NVML reports PCIe throughput in KB/s over a 20 ms window.
         b.set(
             "pcie_rx_bytes_per_s",

@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable
 
 from gitmd.config import SimConfig
-from gitmd.telemetry.backend import GpuInfo, GpuProcess, GpuSample, TelemetryBackend
+from gitmd.telemetry.backend import GpuInfo, GpuProcess, GpuSample, ProcessUtilization, TelemetryBackend
 
 SM_MAX_MHZ = 1980.0
 MEM_MAX_MHZ = 3201.0
@@ -66,6 +66,17 @@ class SimBackend(TelemetryBackend):
 
     def elapsed_s(self) -> float:
         return self._monotonic_s() - self._t0
+
+    def process_utilization(self, index: int, since_us: int) -> list[ProcessUtilization]:
+        t = self.elapsed_s()
+        now_us = self._clock_ns() // 1000
+        if now_us <= since_us:
+            return []
+        return [
+            ProcessUtilization(p.pid, now_us, min(100.0, p.sm_util_pct))
+            for p in self._cfg.processes
+            if p.gpu == index and p.start_s <= t and (p.end_s is None or t < p.end_s)
+        ]
 
     def sample(self, index: int) -> GpuSample:
         if not 0 <= index < self._cfg.gpus:

@@ -64,5 +64,5 @@ CTRL
 for script in postinst prerm postrm; do
   install -m 0755 "packaging/deb/$script" "$STAGE/DEBIAN/$script"
 done
-dpkg-deb --root-owner-group -Zxz --build "$STAGE" "$OUT/$PKG.deb" >/dev/null
+dpkg-deb --root-owner-group -Zgzip --build "$STAGE" "$OUT/$PKG.deb" >/dev/null
 echo "$OUT/$PKG.deb"

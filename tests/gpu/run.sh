@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost (default: all)
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set
+#   (default: the first three)
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
 # prints a short table last. Never changes the card's settings.
@@ -45,6 +46,10 @@ for part in "${PARTS[@]}"; do
       python3 bench/telemetry_cost.py --backends nvml,sim --duration 60 --json "$OUTDIR/telemetry-cost.json" \
         2>&1 | tee "$OUTDIR/telemetry-cost.md"
       RESULT[$part]=$(grep '^| nvml' "$OUTDIR/telemetry-cost.md" || echo "failed")
+      ;;
+    capture-set)
+      python3 bench/capture_set.py "$OUTDIR/captures" ${CAPTURE_SET_ARGS:-} 2>&1 | tee "$OUTDIR/capture-set.log"
+      RESULT[$part]="$(ls "$OUTDIR"/captures/*.npz 2>/dev/null | wc -l) capture files"
       ;;
     *) echo "unknown part $part"; RESULT[$part]="unknown part" ;;
   esac

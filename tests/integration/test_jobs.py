@@ -349,6 +349,10 @@ def test_explain_a_running_job(daemon: Daemon, short_tmp: Path) -> None:
     assert report["job_id"] == job_id and report["window_id"] >= 1
     assert "no kernels or copies" in ctl(daemon.socket, "explain", job_id).stdout  # no GPU here
     assert ctl_json(daemon.socket, "job", job_id)["windows"] == 1  # the second used the latest window
+    w = report["window_id"]
+    assert ctl_json(daemon.socket, "explain", job_id, "--window", str(w))["window_id"] == w
+    r = ctl(daemon.socket, "explain", job_id, "--window", str(w + 100), check=False)
+    assert r.returncode == 4 and f"keeps the latest window and the reports it made: {w}" in r.stderr
     stop.touch()
     assert proc.wait(30) == 0
     r = ctl(daemon.socket, "explain", check=False)

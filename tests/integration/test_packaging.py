@@ -13,7 +13,11 @@ import pytest
 
 from tests.integration.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed"),
+    # building the package installs gitmd's venv (numpy, scipy, statsmodels...): minutes, not seconds
+    pytest.mark.timeout(900),
+]
 
 
 @pytest.fixture(scope="module")

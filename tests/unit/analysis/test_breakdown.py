@@ -98,3 +98,29 @@ def test_window_report_and_its_api_message() -> None:
         assert abs(sum(c.share for c in p.classes) - 1.0) < 1e-9
         assert len(p.top_kernels) == 1 and p.top_kernels[0].share == 1.0  # one kernel kind per process
         assert p.step.found and p.step.pid == p.pid
+
+
+def test_refill_after_a_sync_is_the_syncs_up_to_the_time_the_host_was_blocked() -> None:
+    us = 1000
+    d = decoded(
+        kernels=recs(
+            "kernels", [(0, 100 * us), (150 * us, 160 * us), (200 * us, 210 * us), (300 * us, 310 * us)]
+        ),
+        syncs=recs("syncs", [(10 * us, 100 * us)]),  # the host waited 90 µs for the GPU
+    )
+    b = breakdown(d, window=(0, 310 * us))
+    # 100-150 starts as the sync returns; 160-200 is refill within the 90 µs the host lost;
+    # 210-300 would exceed it: the host is simply slower than the GPU there
+    assert b.sync_stall_ns == 90 * us and b.launch_gap_ns == 90 * us
+
+
+def test_records_without_timestamps_are_left_out_of_timing() -> None:
+    us = 1000
+    d = decoded(
+        kernels=recs("kernels", [(100 * us, 200 * us)]),
+        memsets=recs("memsets", [(0, 0), (150 * us, 160 * us)]),  # CUPTI gave the first no timestamps
+    )
+    t = d.timed()
+    assert len(t.memsets) == 1 and len(t.kernels) == 1
+    b = breakdown(t)
+    assert b.window_ns == 100 * us and b.launch_gap_ns == 0

@@ -60,7 +60,8 @@ def test_family_folds_sizes_and_templates(name: str, fam: str) -> None:
 
 def test_training_step_signature() -> None:
     s = sig(train())
-    assert len(s.sequence) == 24
+    kernels = [f for f in s.sequence if f != "sync" and not f.startswith("copy:")]
+    assert len(kernels) == 24
     assert s.sequence.count("gemm") >= 6
     assert abs(sum(s.shares.values()) - 1.0) < 1e-9
     assert similarity(s, s) == pytest.approx(1.0)

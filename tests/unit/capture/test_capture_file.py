@@ -62,3 +62,25 @@ def test_wrong_format_marker_and_bad_arrays(tmp_path: Path) -> None:
     )
     with pytest.raises(capture_file.CaptureFileError):
         capture_file.loads(buf.getvalue())
+
+
+def test_context_round_trip_and_trim() -> None:
+    from gitmd.analysis.report import busiest
+
+    planted = Path(__file__).resolve().parents[2] / "fixtures" / "planted"
+    w = capture_file.loads(planted / "cpu-hog.w2.npz")
+    c = w.context
+    assert len(c.host) > 20 and len(c.gpu) > 20 and c.cores == (2, 3)
+    back = capture_file.loads(capture_file.dumps(w))
+    assert np.array_equal(back.context.host, c.host) and np.array_equal(back.context.gpu, c.gpu)
+    assert (back.context.cores, back.context.gpus, back.context.main_tid) == (c.cores, c.gpus, c.main_tid)
+    t = capture_file.trim(w, max_kernels=100)
+    main = busiest(t)
+    assert main is not None and 100 <= len(main.records.kernels) <= 101
+    assert t.end_real_ns < w.end_real_ns and (t.context.host["t_ns"] <= t.end_real_ns).all()
+
+
+def test_version_1_files_load_with_an_empty_context() -> None:
+    old = Path(__file__).resolve().parents[2] / "fixtures" / "capture-torch-train.npz"
+    w = capture_file.loads(old)
+    assert len(w.context.host) == 0 and w.context.gpus == ()

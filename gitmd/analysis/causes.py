@@ -1,0 +1,251 @@
+"""Causes of lost time, ranked by what each cost the window, with their evidence; and the one table
+from causes to the lever classes that may recover it, which the experiment engine follows: no lever
+is tried unless a cause above threshold selects it (or an operator asks for it).
+
+What each cause costs (within one window of the job's busiest process):
+- host_contention: the busiest thread's run-queue wait (runnable, not running: /proc schedstat),
+  capped by the GPU idle time it can explain (launch gaps and post-sync refills);
+- launch_bound: launch gaps left after host contention and co-tenants took their part;
+- sync_stall: GPU idle right after a synchronization returned;
+- pageable_copy: what the pageable copies would have saved at the host's pinned bandwidth;
+- allocator: GPU idle right after an allocation or free;
+- cotenant: with another process active on the job's GPU: the kernels' time beyond their history,
+  plus the growth of idle time against history; without history, the co-tenants' SM share of the
+  job's kernel time;
+- throttling: kernel time during thermally or hardware slowed-down samples times the clock lost
+  (1 - clock/max);
+- power_cap: the same at the enforced power limit. Reported, never above threshold: at the
+  board's limit that is its ceiling (only the device lever — a higher limit — changes it);
+- fp32_gemm: fp32 GEMMs not on tensor cores, at the saving TF32 measured on the H200 (5.5x);
+- kernel_slowdown: kernels slower than their history that nothing above explains.
+A cause is above threshold when it cost at least THRESHOLD of the window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gitmd.analysis.breakdown import Breakdown
+from gitmd.analysis.causality import GrangerTest
+from gitmd.analysis.context_stats import GpuStats, HostStats
+from gitmd.analysis.model import Residuals
+from gitmd.capture.decode import Decoded
+
+THRESHOLD = 0.05
+TF32_SPEEDUP = 5.5  # fp32 MLP training with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 on the H200 (shared/GPU.md)
+
+# Cause -> lever classes (gitmd/levers, the levers issue). The experiment engine reads only this.
+LEVERS: dict[str, tuple[str, ...]] = {
+    "host_contention": ("cpu_affinity", "sched_priority"),
+    "launch_bound": ("cpu_affinity", "sched_priority", "cuda_device_max_connections"),
+    "sync_stall": ("cpu_affinity", "sched_priority"),
+    "pageable_copy": ("pin_host_buffer", "dataloader_pin_memory"),
+    "allocator": (
+        "alloc_expandable_segments",
+        "alloc_gc_threshold",
+        "alloc_max_split_size",
+        "mempool_release",
+    ),
+    # Stream priorities and every other runtime knob act inside one CUDA context: nothing in the
+    # catalog reclaims a GPU another process is using. explain says so and names the co-tenant.
+    "cotenant": (),
+    "throttling": ("power_limit", "clocks"),  # device levers: off unless allow_device_levers
+    "power_cap": ("power_limit",),
+    "fp32_gemm": ("tf32_override",),
+    "kernel_slowdown": (),
+}
+# Granger series that support each cause when significant.
+SUPPORT: dict[str, tuple[str, ...]] = {
+    "host_contention": ("host_others_load", "main_wait"),
+    "cotenant": ("cotenant_sm_pct",),
+    "throttling": ("sm_clock_deficit", "throttled", "temperature_c"),
+    "power_cap": ("sm_clock_deficit", "power_capped", "power_w"),
+}
+_FP32_GEMM = re.compile(r"sgemm|f32f32_f32f32|gemm.*_f32_|simt.*gemm|gemm.*simt", re.IGNORECASE)
+_NOT_FP32 = re.compile(r"tf32|bf16|f16|fp16|hgemm|i8|e4m3|e5m2", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    cost_ns: float
+    share: float  # of the window
+    confidence: float  # 0..1
+    evidence: tuple[str, ...]
+    levers: tuple[str, ...]
+    above_threshold: bool
+
+
+@dataclass
+class _Builder:
+    window_ns: float
+    causes: list[Cause] = field(default_factory=list)
+
+    def add(
+        self, name: str, cost_ns: float, confidence: float, *evidence: str, eligible: bool = True
+    ) -> None:
+        cost = max(0.0, float(cost_ns))
+        share = cost / self.window_ns if self.window_ns else 0.0
+        self.causes.append(
+            Cause(
+                name,
+                cost,
+                share,
+                max(0.0, min(1.0, confidence)),
+                tuple(e for e in evidence if e),
+                LEVERS[name],
+                eligible and share >= THRESHOLD,
+            )
+        )
+
+
+def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
+    """Time and count of fp32 GEMM kernels that do not use tensor cores (TF32 would)."""
+    k = r.kernels
+    if not len(k):
+        return 0.0, 0
+    ids = [i for i, n in r.names.items() if _FP32_GEMM.search(n) and not _NOT_FP32.search(n)]
+    if not ids:
+        return 0.0, 0
+    sel = np.isin(k["name_id"], ids)
+    d = (k["end_ns"][sel].astype(np.int64) - k["start_ns"][sel].astype(np.int64)).astype(np.float64)
+    return float(d.sum()), int(sel.sum())
+
+
+def _support(name: str, tests: list[GrangerTest]) -> tuple[float, str]:
+    hits = [t for t in tests if t.significant and t.series in SUPPORT.get(name, ())]
+    if not hits:
+        return 0.0, ""
+    best = min(hits, key=lambda t: t.q_value)
+    return 0.25, f"Granger: {best.series} precedes {best.target} (lag {best.lag}, q={best.q_value:.3g})"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def rank(
+    b: Breakdown,
+    records: Decoded,
+    host: HostStats | None,
+    gpu: GpuStats | None,
+    resid: Residuals | None,
+    history_idle_share: float | None,
+    tests: list[GrangerTest],
+) -> list[Cause]:
+    """Causes of one window, largest cost first. ``history_idle_share``: the job's GPU-idle share in
+    its history windows, when there is history."""
+    w = float(b.window_ns)
+    out = _Builder(w)
+    idle_gaps = float(b.launch_gap_ns + b.sync_stall_ns)
+    cotenant_gap = 0.0
+    if gpu is not None and gpu.cotenants and gpu.cotenant_share > 0:
+        kernel_extra = resid.net_ns if resid is not None and resid.from_history else 0.0
+        idle_now = (b.launch_gap_ns + b.sync_stall_ns + b.allocator_ns) / w if w else 0.0
+        if history_idle_share is not None:
+            cotenant_gap = max(0.0, idle_now - history_idle_share) * w
+        share_est = gpu.cotenant_share * gpu.cotenant_sm_pct / 100.0 * b.kernels_ns
+        cost = max(max(0.0, kernel_extra) + cotenant_gap, share_est)
+        s, ev = _support("cotenant", tests)
+        out.add(
+            "cotenant",
+            cost,
+            0.5 + 0.25 * (kernel_extra > 0 or cotenant_gap > 0) + s,
+            f"{gpu.cotenants} other process(es) on GPU {','.join(map(str, gpu.gpus))}, active in "
+            f"{100 * gpu.cotenant_share:.0f}% of samples at {gpu.cotenant_sm_pct:.0f}% SM",
+            f"kernels {_ms(kernel_extra)} slower than their history" if kernel_extra > 0 else "",
+            f"GPU idle {_ms(cotenant_gap)} more than in history" if cotenant_gap > 0 else "",
+            ev,
+        )
+    host_cost = 0.0
+    if host is not None and host.span_ns:
+        scale = w / host.span_ns
+        host_cost = min(idle_gaps, host.main_wait_ns * scale)
+        s, ev = _support("host_contention", tests)
+        out.add(
+            "host_contention",
+            host_cost,
+            min(1.0, 0.4 + host.main_wait_share + s),
+            f"the busiest thread ({host.main_tid}) waited for a CPU {100 * host.main_wait_share:.1f}% of "
+            f"the window (runnable, not running)",
+            f"other tasks used {100 * host.others_load:.0f}% of the job's {len(host.cores)} core(s)",
+            ev,
+        )
+    launch = max(0.0, b.launch_gap_ns - max(0.0, host_cost - b.sync_stall_ns) - cotenant_gap)
+    kernels = max(1, b.kernels)
+    out.add(
+        "launch_bound",
+        launch,
+        0.5 + 0.5 * min(1.0, launch / w) if w else 0.0,
+        f"GPU idle between the job's work {100 * b.launch_gap_ns / w:.1f}% of the window" if w else "",
+        f"{b.kernels} kernels, {b.kernels_ns / kernels / 1e3:.1f} us each on average",
+    )
+    out.add(
+        "sync_stall",
+        b.sync_stall_ns,
+        0.5 + 0.5 * min(1.0, b.sync_stall_ns / w) if w else 0.0,
+        f"{b.sync_count} synchronizations; the GPU sat idle {_ms(b.sync_stall_ns)} after they returned",
+    )
+    out.add(
+        "pageable_copy",
+        b.pageable_saving_ns,
+        0.9 if b.pageable_copies else 0.0,
+        f"{b.pageable_copies} pageable copies, {b.pageable_bytes / 2**20:.0f} MiB in {_ms(b.pageable_ns)}; "
+        f"at {b.pinned_bytes_per_s / 1e9:.1f} GB/s pinned they take {_ms(b.pageable_saving_ns)} less",
+    )
+    out.add(
+        "allocator",
+        b.allocator_ns,
+        0.5 + 0.5 * min(1.0, b.allocator_ns / w) if w else 0.0,
+        f"{b.alloc_count} allocations and {b.free_count} frees; GPU idle {_ms(b.allocator_ns)} after them",
+    )
+    if gpu is not None:
+        cost = b.kernels_ns * gpu.throttled_share * (1.0 - gpu.clock_ratio_throttled)
+        s, ev = _support("throttling", tests)
+        out.add(
+            "throttling",
+            cost,
+            (0.6 + s) if gpu.throttled_share else 0.0,
+            f"throttled ({', '.join(gpu.reasons)}) in {100 * gpu.throttled_share:.0f}% of samples at "
+            f"{100 * gpu.clock_ratio_throttled:.0f}% of the maximum SM clock"
+            if gpu.throttled_share
+            else "no thermal or hardware slowdown in any sample",
+            ev,
+        )
+        if gpu.power_capped_share:
+            s, ev = _support("power_cap", tests)
+            out.add(
+                "power_cap",
+                b.kernels_ns * gpu.power_capped_share * (1.0 - gpu.clock_ratio_capped),
+                0.6 + s,
+                f"at the enforced power limit ({gpu.power_limit_w:.0f} W) in "
+                f"{100 * gpu.power_capped_share:.0f}% "
+                f"of samples, SM clock at {100 * gpu.clock_ratio_capped:.0f}% of its maximum: the board's "
+                "ceiling unless its limit was lowered",
+                ev,
+                eligible=False,
+            )
+    f32_ns, f32_n = fp32_gemm_ns(records)
+    out.add(
+        "fp32_gemm",
+        f32_ns * (1.0 - 1.0 / TF32_SPEEDUP),
+        0.7 if f32_n else 0.0,
+        f"{f32_n} fp32 GEMMs off the tensor cores, {_ms(f32_ns)}" if f32_n else "",
+    )
+    if resid is not None and resid.excess_ns > 0:
+        explained = sum(c.cost_ns for c in out.causes if c.name in ("cotenant", "throttling", "power_cap"))
+        rest = resid.excess_ns - explained
+        anything = [t for t in tests if t.significant and t.target == "kernel_residual"]
+        out.add(
+            "kernel_slowdown",
+            rest,
+            0.3 + 0.3 * bool(anything),
+            f"{resid.slow} of {resid.modelled} modelled kernels ran slower than their "
+            + ("history" if resid.from_history else "median in this window")
+            + f", {_ms(resid.excess_ns)} in all",
+            "; ".join(f"{t.series} precedes it (q={t.q_value:.3g})" for t in anything[:3]),
+        )
+    return sorted(out.causes, key=lambda c: -c.cost_ns)
