@@ -54,7 +54,7 @@ class MetricsConfig:
     address: str = "127.0.0.1"
 
 
-CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory")
+CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload")
 
 
 @dataclass(frozen=True)

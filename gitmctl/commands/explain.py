@@ -102,7 +102,9 @@ def show(args: argparse.Namespace, a: Any, what: str) -> int:
                 f"{p.pageable_saving_ms:.3f} ms less"
             )
         if p.allocations or p.frees:
-            print(f"  allocator: {p.allocations} allocations, {p.frees} frees")
+            print(
+                f"  allocator: {p.allocations} allocations, {p.frees} frees ({p.syncing_frees} synchronizing)"
+            )
         if p.top_kernels:
             render.table(
                 ("  KERNEL", "COUNT", "TOTAL ms", "SHARE"),

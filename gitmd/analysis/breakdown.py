@@ -36,6 +36,7 @@ class Breakdown:
     pinned_bytes_per_s: float
     alloc_count: int
     free_count: int
+    syncing_frees: int  # frees the GPU went idle at (cudaFree waits for the device)
     sync_count: int
     kernels: int
 
@@ -108,6 +109,16 @@ def _refill(gap_s: np.ndarray, gap_len: np.ndarray, taken: np.ndarray, syncs: np
     return out
 
 
+def _idle_at(times: np.ndarray, gap_starts: np.ndarray) -> int:
+    """How many of these host events the GPU went idle at (a gap starting within the window of it)."""
+    if len(times) == 0 or len(gap_starts) == 0:
+        return 0
+    g = np.sort(gap_starts)
+    lo = np.searchsorted(g, times - GAP_CAUSE_WINDOW_NS, side="left")
+    hi = np.searchsorted(g, times + GAP_CAUSE_WINDOW_NS, side="right")
+    return int((hi > lo).sum())
+
+
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     """The breakdown of one process's records (CUPTI clock). ``window``: its bounds, else the span
     of the records."""
@@ -167,6 +178,7 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         pinned_bytes_per_s=pinned_bw,
         alloc_count=int((r.memory["op"] == 1).sum()),
         free_count=int((r.memory["op"] == 2).sum()),
+        syncing_frees=_idle_at(r.memory["start_ns"][r.memory["op"] == 2].astype(np.int64), gap_s),
         sync_count=len(r.syncs),
         kernels=len(k),
     )

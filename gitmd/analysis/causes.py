@@ -200,7 +200,8 @@ def rank(
         "allocator",
         b.allocator_ns,
         0.5 + 0.5 * min(1.0, b.allocator_ns / w) if w else 0.0,
-        f"{b.alloc_count} allocations and {b.free_count} frees; GPU idle {_ms(b.allocator_ns)} after them",
+        f"{b.alloc_count} allocations and {b.free_count} frees ({b.syncing_frees} with the GPU going idle "
+        f"at them); GPU idle {_ms(b.allocator_ns)} after them",
     )
     if gpu is not None:
         cost = b.kernels_ns * gpu.throttled_share * (1.0 - gpu.clock_ratio_throttled)

@@ -273,6 +273,7 @@ def attribution_to_pb(rep: WindowReport) -> Any:
             pinned_gb_per_s=b.pinned_bytes_per_s / 1e9,
             allocations=b.alloc_count,
             frees=b.free_count,
+            syncing_frees=b.syncing_frees,
             syncs=b.sync_count,
             top_kernels=[
                 pb.KernelTime(name=k.name, count=k.count, total_ms=k.total_ns / 1e6, share=k.share)

@@ -200,8 +200,13 @@ struct gitm_memory_payload {     /* GITM_REC_MEMORY; start_ns = end_ns = timesta
     uint8_t _pad[9];
 };
 
+#define GITM_PAYLOAD_BYTES 32
+#define GITM_PAYLOAD_SYNC_COPY 1     /* device: how the copy was made */
+#define GITM_PAYLOAD_ASYNC_COPY 2    /* ... read when a synchronization covering its stream returned */
+#define GITM_PAYLOAD_GENERIC_COPY 3  /* cuMemcpy(Async) with a readable host destination */
 struct gitm_payload_payload {    /* GITM_REC_PAYLOAD: bytes read from a small device-to-host copy */
-    uint8_t data[32];            /* length in flags (<= 32); correlation_id of the copy */
+    uint8_t data[32];            /* length in flags (<= 32); correlation_id of the copy's API call;
+                                  * start_ns: CUPTI time it was read; device: GITM_PAYLOAD_* */
 };
 
 struct gitm_clock_payload {      /* GITM_REC_CLOCK: start_ns = cupti_ns, end_ns = mono_ns */

@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <errno.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +61,12 @@ static struct {
     CUpti_SubscriberHandle detach_sub;
     int detach_subscribed;
     pthread_mutex_t cupti_lock;  /* serialises finalize (app thread) with window changes (control thread) */
-} g = {.once = PTHREAD_ONCE_INIT, .cupti_lock = PTHREAD_MUTEX_INITIALIZER};
+    CUpti_SubscriberHandle payload_sub;
+    int payload_subscribed;
+    pthread_mutex_t payload_lock; /* the pending table; taken only in copy and sync API callbacks */
+} g = {.once = PTHREAD_ONCE_INIT,
+       .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
+       .payload_lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t mono_ns(void)
 {
@@ -239,6 +245,10 @@ static void convert(const CUpti_Activity *a)
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const void *)a;
+        if (m->start == 0 && m->end == 0) {
+            __atomic_fetch_add(&g.ring.hdr->missing_timestamps, 1, __ATOMIC_RELAXED);
+            return;
+        }
         if (!(rec = reserve(&pos)))
             return;
         rec->type = GITM_REC_MEMSET;
@@ -366,6 +376,159 @@ static void cancel_detach(void)
     }
 }
 
+/* ---- payload samples ------------------------------------------------------------------------- *
+ * Small device-to-host copies (a loss that .item() reads each step, a checksum) are sampled while a
+ * window is open, for the equivalence checks of experiments. A synchronous copy is read when its API
+ * returns; an asynchronous one when a synchronization that covers its stream returns. The bytes are
+ * read with process_vm_readv on ourselves: a destination that is not readable host memory (a device
+ * pointer of a generic cuMemcpy, a buffer the program already unmapped) fails with EFAULT instead of
+ * faulting the job. No CUDA call is made here.
+ */
+
+#define PAYLOAD_PENDING 64
+
+static struct pending_copy {
+    uint64_t dst;
+    CUstream stream;
+    uint32_t bytes;
+    uint32_t correlation_id;
+    uint8_t source;
+} pending[PAYLOAD_PENDING];
+static unsigned pending_count;
+
+static void emit_payload(uint64_t dst, uint32_t n, uint32_t correlation_id, uint8_t source)
+{
+    uint8_t data[GITM_PAYLOAD_BYTES];
+    struct iovec local = {data, n}, remote = {(void *)(uintptr_t)dst, n};
+    if (n == 0 || n > sizeof data || process_vm_readv(g.pid, &local, 1, &remote, 1, 0) != (ssize_t)n)
+        return;
+    uint64_t now = 0;
+    cuptiGetTimestamp(&now);
+    uint64_t pos;
+    struct gitm_record *rec = reserve(&pos);
+    if (!rec)
+        return;
+    rec->type = GITM_REC_PAYLOAD;
+    rec->flags = (uint8_t)n;
+    rec->device = source;
+    rec->correlation_id = correlation_id;
+    rec->start_ns = now;
+    memcpy(((struct gitm_payload_payload *)rec->payload)->data, data, n);
+    publish(rec, pos);
+}
+
+static void remember(uint64_t dst, size_t bytes, CUstream stream, uint32_t correlation_id, uint8_t source)
+{
+    if (bytes == 0 || bytes > GITM_PAYLOAD_BYTES)
+        return;
+    pthread_mutex_lock(&g.payload_lock);
+    if (pending_count == PAYLOAD_PENDING) { /* never synchronized: the oldest goes */
+        memmove(pending, pending + 1, sizeof pending[0] * (PAYLOAD_PENDING - 1));
+        pending_count--;
+    }
+    pending[pending_count++] = (struct pending_copy){dst, stream, (uint32_t)bytes, correlation_id, source};
+    pthread_mutex_unlock(&g.payload_lock);
+}
+
+/* A synchronization returned: the copies it covers are complete. all: the whole context. */
+static void synchronized(CUstream stream, int all)
+{
+    pthread_mutex_lock(&g.payload_lock);
+    unsigned kept = 0;
+    for (unsigned i = 0; i < pending_count; i++) {
+        struct pending_copy p = pending[i];
+        if (all || p.stream == stream || p.stream == NULL)
+            emit_payload(p.dst, p.bytes, p.correlation_id, p.source);
+        else
+            pending[kept++] = p;
+    }
+    pending_count = kept;
+    pthread_mutex_unlock(&g.payload_lock);
+}
+
+static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId cbid, const void *info)
+{
+    (void)u;
+    const CUpti_CallbackData *cb = info;
+    if (d != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT || !g.window_id)
+        return;
+    const void *a = cb->functionParams;
+    uint32_t corr = cb->correlationId;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: {
+        const cuMemcpyDtoH_v2_params *p = a;
+        if (p->ByteCount <= GITM_PAYLOAD_BYTES)
+            emit_payload((uint64_t)(uintptr_t)p->dstHost, (uint32_t)p->ByteCount, corr, GITM_PAYLOAD_SYNC_COPY);
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds: {
+        const cuMemcpy_params *p = a;
+        if (p->ByteCount <= GITM_PAYLOAD_BYTES)
+            emit_payload(p->dst, (uint32_t)p->ByteCount, corr, GITM_PAYLOAD_GENERIC_COPY);
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+        const cuMemcpyDtoHAsync_v2_params *p = a;
+        remember((uint64_t)(uintptr_t)p->dstHost, p->ByteCount, p->hStream, corr, GITM_PAYLOAD_ASYNC_COPY);
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
+        const cuMemcpyAsync_params *p = a;
+        remember(p->dst, p->ByteCount, p->hStream, corr, GITM_PAYLOAD_GENERIC_COPY);
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+        synchronized(((const cuStreamSynchronize_params *)a)->hStream, 0);
+        break;
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+        synchronized(NULL, 1);
+        break;
+    default:
+        break;
+    }
+}
+
+static const CUpti_CallbackId PAYLOAD_CBIDS[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,          CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy,                 CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+};
+
+/* Called with cupti_lock held, at window open. Failing leaves the window without payload samples. */
+static uint32_t start_payloads(void)
+{
+    if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
+        return 0;
+    for (size_t i = 0; i < sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0]; i++) {
+        if (cuptiEnableCallback(1, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, PAYLOAD_CBIDS[i]) != CUPTI_SUCCESS) {
+            cuptiUnsubscribe(g.payload_sub);
+            return 0;
+        }
+    }
+    g.payload_subscribed = 1;
+    return GITM_KIND_PAYLOAD;
+}
+
+/* Called with cupti_lock held, at window close: the subscriber slot is free again after it. */
+static void stop_payloads(void)
+{
+    if (!g.payload_subscribed)
+        return;
+    cuptiUnsubscribe(g.payload_sub);
+    g.payload_subscribed = 0;
+    pthread_mutex_lock(&g.payload_lock);
+    pending_count = 0; /* copies never synchronized inside the window are not sampled */
+    pthread_mutex_unlock(&g.payload_lock);
+}
+
 /* ---- windows ---------------------------------------------------------------------------------- */
 
 static const struct {
@@ -415,6 +578,7 @@ static void close_window(const char *why)
     collect_cupti_drops();
     write_clock_pair();
     write_window_marker(g.window_id, 2, g.enabled_mask);
+    stop_payloads();
     g.enabled_mask = 0;
     g.window_id = 0;
     g.ring.hdr->window_id = 0;
@@ -448,6 +612,8 @@ static void open_window(uint32_t id, uint32_t mask)
         if (r == CUPTI_SUCCESS)
             enabled |= KINDS[i].gitm;
     }
+    if (mask & GITM_KIND_PAYLOAD)
+        enabled |= start_payloads();
     g.enabled_mask = enabled;
     g.window_id = id;
     g.ring.hdr->window_id = id;

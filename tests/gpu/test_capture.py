@@ -203,3 +203,29 @@ def test_gitmd_killed_mid_window_leaves_the_job_unchanged(gpu_daemon: Daemon, sh
     assert "started\n" + rest == plain.stdout, "the job's output changed"
     w = capture_file.loads(cap)
     assert len(w.processes[0].records.kernels) > 100
+
+
+def test_payload_samples_hold_the_values_item_read(gpu_daemon: Daemon, short_tmp: Path) -> None:
+    from gitmd.capture import payloads
+
+    trig, end = short_tmp / "go", short_tmp / "end"
+    job = start_job(
+        gpu_daemon, "item", [sys.executable, str(PROGRAMS / "torch_item.py"), str(trig), str(end), "50"]
+    )
+    assert job.stdout is not None
+    assert job.stdout.readline().strip() == "ready"
+    wait_processes(gpu_daemon, "item", 1)
+    cap = short_tmp / "item.npz"
+    t, _ = traced(gpu_daemon, "item", 4.0, cap)
+    time.sleep(1.5)
+    trig.touch()
+    printed = [float(v) for v in job.stdout.readline().split()[1:]]
+    t.join(120)
+    end.touch()
+    assert job.wait(60) == 0
+    assert printed == [6 * (s + 0.5) for s in range(50)]
+    w = capture_file.loads(cap)
+    r = w.processes[0].records
+    got = payloads.scalars(r, "<f4").tolist()
+    assert got == printed, (got, [s.source for s in payloads.samples(r)][:5])
+    save_fixture(cap, "capture-torch-item-payloads.npz")
