@@ -35,7 +35,8 @@ declare -A RESULT
 for part in "${PARTS[@]}"; do
   case "$part" in
     tests)
-      GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs tests/gpu 2>&1 | tee "$OUTDIR/pytest-gpu.log"
+      GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/gpu \
+        2>&1 | tee "$OUTDIR/pytest-gpu.log"
       RESULT[$part]=$(tail -1 "$OUTDIR/pytest-gpu.log")
       ;;
     shim-overhead)

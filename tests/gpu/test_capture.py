@@ -229,3 +229,33 @@ def test_payload_samples_hold_the_values_item_read(gpu_daemon: Daemon, short_tmp
     got = payloads.scalars(r, "<f4").tolist()
     assert got == printed, (got, [s.source for s in payloads.samples(r)][:5])
     save_fixture(cap, "capture-torch-item-payloads.npz")
+
+
+def test_a_job_that_profiles_itself_keeps_its_profile(gpu_daemon: Daemon, short_tmp: Path) -> None:
+    """Kineto (torch.profiler) is a CUPTI client: the shim must step aside, not take its records."""
+    trig, end = short_tmp / "go", short_tmp / "end"
+    argv = [sys.executable, str(PROGRAMS / "torch_profiled.py"), str(trig), str(end)]
+    plain = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert plain.stdout is not None and plain.stdout.readline().strip() == "ready"
+    trig.touch()
+    alone = int(plain.stdout.readline().split()[1])
+    end.touch()
+    assert plain.wait(60) == 0 and alone >= 200
+    trig.unlink()
+    end.unlink()
+    job = start_job(gpu_daemon, "profiled", argv)
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    wait_processes(gpu_daemon, "profiled", 1)
+    trig.touch()
+    time.sleep(0.3)  # the profiler is on now
+    t, res = traced(gpu_daemon, "profiled", 0.5, short_tmp / "profiled.npz")
+    t.join(60)
+    seen = int(job.stdout.readline().split()[1])
+    end.touch()
+    assert job.wait(60) == 0
+    assert seen == alone, f"the job's own profile lost kernels: {seen} of {alone}"
+    status = ctl_json(gpu_daemon.socket, "job", "profiled")["processes"][0]
+    assert status["status"] in ("stepped_aside", "idle"), status
+    out = out_dir()
+    if out is not None:
+        (out / "profiled-status.txt").write_text(f"{status}\n{res}\n")
