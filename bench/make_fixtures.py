@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.capture_set import cases as current_cases  # noqa: E402
 from gitmd.capture import capture_file  # noqa: E402
 
 MAX_KERNELS = 3000
@@ -23,12 +24,16 @@ OUT = ROOT / "tests" / "fixtures"
 
 
 def main() -> int:
+    # labels, planted causes and side loads as bench/capture_set.py defines them now (a case may
+    # have changed role since it was captured); the files from the newest capture of each case
+    now = {c.name: c for c in current_cases("stencil_step")}
     cases: dict[str, tuple[Path, dict[str, object]]] = {}
     for d in map(Path, sys.argv[1:]):
         for m in sorted(d.glob("manifest-*.json")):
             for c in json.loads(m.read_text()):
-                if len(c["files"]) == 2:
-                    cases[c["name"]] = (d, c)
+                if len(c["files"]) == 2 and c["name"] in now:
+                    n = now[c["name"]]
+                    cases[c["name"]] = (d, {**c, "workload": n.workload, "cause": n.cause, "side": n.side})
     labelled, planted = OUT / "labelled", OUT / "planted"
     for folder in (labelled, planted):
         folder.mkdir(parents=True, exist_ok=True)

@@ -27,3 +27,17 @@ def test_scalars_and_samples_from_payload_records() -> None:
     s = payloads.samples(d)
     assert [x.correlation_id for x in s] == [1, 2, 3, 4]
     assert s[1].source == "sync copy" and len(s[1].data) == 8 and s[0].source == "async copy"
+
+
+def test_real_capture_of_item_reads() -> None:
+    """tests/gpu/programs/torch_item.py on the H200: 50 .item() reads of 6 * (step + 0.5)."""
+    from pathlib import Path
+
+    from gitmd.capture import capture_file
+
+    w = capture_file.loads(
+        Path(__file__).resolve().parents[2] / "fixtures" / "capture-torch-item-payloads.npz"
+    )
+    r = w.processes[0].records
+    assert payloads.scalars(r, "<f4").tolist() == [6 * (s + 0.5) for s in range(50)]
+    assert {s.source for s in payloads.samples(r)} == {"async copy"}  # cudaMemcpyAsync + stream sync
