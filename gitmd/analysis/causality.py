@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.analysis.model import KernelModel
 from gitmd.capture.decode import Decoded
 
 MAX_LAG = 3
@@ -51,15 +50,14 @@ def _per_bin(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.bincount(idx[ok], weights=v[ok], minlength=len(edges) - 1).astype(np.float64)
 
 
-def targets(r: Decoded, offset_ns: int, model: KernelModel, edges: np.ndarray) -> dict[str, np.ndarray]:
+def targets(r: Decoded, offset_ns: int, resid: np.ndarray, edges: np.ndarray) -> dict[str, np.ndarray]:
     """The job's slowdown series on bins with realtime ``edges``; ``offset_ns`` maps CUPTI time to
-    realtime."""
+    realtime; ``resid``: each kernel's residual against its expected duration (NaN: not modelled)."""
     out: dict[str, np.ndarray] = {}
     k = r.kernels
     if not len(k):
         return out
     start = k["start_ns"].astype(np.int64) + offset_ns
-    resid, _ = model.residuals(r)
     ok = np.isfinite(resid)
     if ok.any():
         out["kernel_residual"] = _per_bin(start[ok], resid[ok], edges)

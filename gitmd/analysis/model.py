@@ -88,7 +88,11 @@ class Residuals:
 
 
 def summarize(model: KernelModel, r: Decoded, from_history: bool) -> Residuals:
-    resid, slow = model.residuals(r)
+    return summary_of(*model.residuals(r), from_history)
+
+
+def summary_of(resid: np.ndarray, slow: np.ndarray, from_history: bool) -> Residuals:
+    """The summary of per-kernel residuals (KernelModel.residuals), computed once per window."""
     ok = np.isfinite(resid)
     return Residuals(
         modelled=int(ok.sum()),

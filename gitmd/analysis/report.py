@@ -17,7 +17,7 @@ from gitmd.analysis.breakdown import Breakdown, breakdown
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.causes import Cause, rank
 from gitmd.analysis.context_stats import GpuStats, HostStats
-from gitmd.analysis.model import History, KernelModel, Residuals, summarize
+from gitmd.analysis.model import History, KernelModel, Residuals, summary_of
 from gitmd.analysis.steps import StepStats, detect
 from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.capture.decode import Decoded
@@ -116,7 +116,8 @@ def window_report(
     notes = list(w.notes)
     past = history is not None and history.windows > 0
     model = history.model() if history is not None and past else KernelModel.fit([main.records])
-    resid = summarize(model, main.records, from_history=past)
+    residuals, slow = model.residuals(main.records)
+    resid = summary_of(residuals, slow, from_history=past)
     hist_idle = history.idle_share() if history is not None and past else None
     host = context_stats.host_stats(w.context)
     gpu = context_stats.gpu_stats(w.context)
@@ -129,7 +130,8 @@ def window_report(
         if len(edges) - 1 >= causality.MIN_BINS:
             try:
                 tests = tester(
-                    causality.targets(main.records, offset, model, edges), context_stats.series(ctx, edges)
+                    causality.targets(main.records, offset, residuals, edges),
+                    context_stats.series(ctx, edges),
                 )
             except Exception as e:  # the tests are evidence; their failure must not cost the report
                 notes.append(f"Granger tests not run: {type(e).__name__}: {e}")

@@ -184,17 +184,19 @@ class CaptureManager:
             sampler = self.context() if self.context is not None else None
             if sampler is not None:
                 sampler.start([pc.ring.pid for pc in live.values()])
-            deadline = time.monotonic() + duration_s
-            while (left := deadline - time.monotonic()) > 0:
-                time.sleep(min(left, 0.5))
-                for pc in live.values():
-                    pc.ring.heartbeat()
-                self.discover(jc)  # processes started during the window join it
-                for n, pc in jc.procs.items():
-                    if n not in live and pc.alive:
-                        live[n] = pc
-                        seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
-            context = sampler.stop() if sampler is not None else WindowContext.empty()
+            try:
+                deadline = time.monotonic() + duration_s
+                while (left := deadline - time.monotonic()) > 0:
+                    time.sleep(min(left, 0.5))
+                    for pc in live.values():
+                        pc.ring.heartbeat()
+                    self.discover(jc)  # processes started during the window join it
+                    for n, pc in jc.procs.items():
+                        if n not in live and pc.alive:
+                            live[n] = pc
+                            seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+            finally:  # the sampler thread never outlives its window
+                context = sampler.stop() if sampler is not None else WindowContext.empty()
             notes += context.notes
             seqs = {n: pc.ring.close_window() for n, pc in live.items()}
             self._wait_acks(live, seqs, ack_timeout_s, notes, "close")
