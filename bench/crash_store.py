@@ -29,6 +29,7 @@ import grpc  # noqa: E402
 
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
+from gitmd.auth.client import open_channel  # noqa: E402
 
 
 def doc(round_: int) -> bytes:
@@ -71,7 +72,7 @@ def run(rounds: int, seed: int, verbose: bool = True) -> dict[str, int]:
         counts = [0, 0]
 
         def client(k: int, stop: threading.Event = stop, counts: list[int] = counts) -> None:
-            s = pb_grpc.GitmdStub(grpc.insecure_channel(f"unix:{sock}"))
+            s = pb_grpc.GitmdStub(open_channel(sock))
             i = 0
             while not stop.is_set():
                 try:

@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
+from gitmd.auth.client import open_channel  # noqa: E402
 
 # As the systemd unit runs it (packaging/systemd/gitmd.service, Environment=).
 UNIT_ENV = {"MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -66,7 +67,7 @@ class Gitmd:
 
     def stub(self) -> pb_grpc.GitmdStub:
         return pb_grpc.GitmdStub(
-            grpc.insecure_channel(self.address, options=[("grpc.max_send_message_length", 80 << 20)])
+            open_channel(self.socket, options=[("grpc.max_send_message_length", 80 << 20)])
         )
 
     def stop(self, sig: int = 15) -> None:

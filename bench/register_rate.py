@@ -27,10 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
 
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
+from gitmd.auth.client import open_channel  # noqa: E402
 
 
 def library_doc(n: int) -> bytes:
@@ -70,7 +70,7 @@ def request(i: int, workloads: int) -> pb.RegisterJobRequest:
 
 
 def burst_client(sock: str, c: int, workloads: int, start_at: float, seconds: float, queue: Any) -> None:
-    stub = pb_grpc.GitmdStub(grpc.insecure_channel(sock))
+    stub = pb_grpc.GitmdStub(open_channel(sock))
     stub.GetStatus(pb.GetStatusRequest(), timeout=10)  # connected before the start
     time.sleep(max(0.0, start_at - time.time()))
     out, i, stop = [], 10_000_000 * (c + 1), time.monotonic() + seconds

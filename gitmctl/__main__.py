@@ -32,7 +32,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
         prog="gitmctl",
         parents=[common],
         description="Control and inspect gitmd, the GPU tuning daemon.",
-        epilog="Exit codes: 0 ok, 1 error, 2 bad usage or argument, 3 gitmd not reachable, 4 not found.",
+        epilog="Exit codes: 0 ok, 1 error, 2 bad usage or argument, 3 gitmd not reachable, 4 not found, "
+        "5 permission denied.",
     )
     p.add_argument("--version", action="version", version=f"gitmctl {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from gitmd.api.pb import pb, pb_grpc
+from gitmd.auth.client import TokenSource, authenticated, credential_socket_for
 
 DEFAULT_SOCKET = Path("/run/gitmd/gitmd.sock")
 
@@ -18,6 +19,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
+EXIT_DENIED = 5
 
 
 def default_socket() -> Path:
@@ -51,17 +53,20 @@ class Client:
             raise ClientError(f"permission denied reading {socket_path}", EXIT_ERROR) from None
         if not stat.S_ISSOCK(mode):
             raise ClientError(f"{socket_path} is not a Unix socket", EXIT_USAGE)
-        self.channel = grpc.insecure_channel(
+        self._raw = grpc.insecure_channel(
             f"unix:{socket_path}",
             options=[
                 ("grpc.max_receive_message_length", 80 << 20),
                 ("grpc.max_send_message_length", 80 << 20),
             ],
         )
+        # Every call carries a single-use token for our uid from the credential socket.
+        self.credential_socket = credential_socket_for(socket_path)
+        self.channel = authenticated(self._raw, TokenSource(self.credential_socket))
         self.stub = pb_grpc.GitmdStub(self.channel)
 
     def close(self) -> None:
-        self.channel.close()
+        self._raw.close()
 
     def call(self, method: Callable[..., Any], request: Any) -> Any:
         try:
@@ -85,7 +90,9 @@ class Client:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return ClientError(details, EXIT_USAGE)
         if code == grpc.StatusCode.PERMISSION_DENIED:
-            return ClientError(f"permission denied: {details}", EXIT_ERROR)
+            return ClientError(f"permission denied: {details}", EXIT_DENIED)
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return ClientError(f"not authenticated: {details}", EXIT_DENIED)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return ClientError(f"gitmd did not answer within {self.timeout_s:g} s", EXIT_UNAVAILABLE)
         return ClientError(f"{code.name}: {details}", EXIT_ERROR)

@@ -27,7 +27,7 @@ class DaemonConfig:
     state_dir: Path = Path("/var/lib/gitmd")
     socket: Path | None = None  # None: <runtime_dir>/gitmd.sock
     socket_group: str = "gitm"
-    socket_mode: int = 0o660
+    socket_mode: int = 0o666  # every local user may connect; what they may do is decided per call
     log_level: str = "info"
 
     @property
@@ -71,6 +71,29 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class AccessConfig:
+    read_group: str = "gitm"  # read-only calls: root and this group
+    admin_group: str = "gitm-admin"  # library-wide actions: root and this group
+    allow_device_levers: bool = False  # power limit and clocks; root only, and only when true
+    token_ttl_s: float = 60.0  # lifetime of a single-use token from the credential socket
+    auth_socket: Path | None = None  # None: <socket's stem>-auth.sock beside the API socket
+
+
+REMOTE_ROLES = ("reader", "scheduler", "admin")
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """The optional TCP listener for remote schedulers: mutual TLS only, off unless ``listen`` is set."""
+
+    listen: str = ""  # e.g. "0.0.0.0:9443"; empty: no TCP listener
+    cert: Path | None = None  # the server's certificate chain (PEM)
+    key: Path | None = None  # its private key (PEM)
+    client_ca: Path | None = None  # CA(s) that sign client certificates (PEM); required
+    subjects: tuple[tuple[str, str], ...] = ()  # certificate common name -> role
+
+
+@dataclass(frozen=True)
 class ThrottleEpisode:
     gpu: int
     start_s: float
@@ -106,23 +129,33 @@ class Config:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     source: Path | None = None  # the file it came from, None for built-in defaults
 
     def summary(self) -> dict[str, str]:
         """Flattened "section.key" -> value, for GetStatus and logs."""
         out: dict[str, str] = {}
-        for section in ("daemon", "telemetry", "metrics", "capture"):
+        for section in ("daemon", "telemetry", "metrics", "capture", "access", "remote"):
             for f in dataclasses.fields(getattr(self, section)):
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
                     value = oct(value)
                 if isinstance(value, tuple):
-                    value = ",".join(value)
+                    value = ",".join(v if isinstance(v, str) else "=".join(v) for v in value)
                 out[f"{section}.{f.name}"] = "" if value is None else str(value)
         out["daemon.socket"] = str(self.daemon.socket_path)
+        out["access.auth_socket"] = str(self.auth_socket_path)
         out["config.source"] = str(self.source) if self.source else "(built-in defaults)"
         return out
+
+    @property
+    def auth_socket_path(self) -> Path:
+        if self.access.auth_socket is not None:
+            return self.access.auth_socket
+        sock = self.daemon.socket_path
+        return sock.with_name(sock.stem + "-auth.sock")
 
     def relocated(self, prefix: Path) -> Config:
         """All paths under ``prefix``: state in prefix/lib, runtime in prefix/run (make run's ./var/)."""
@@ -130,7 +163,8 @@ class Config:
         daemon = dataclasses.replace(
             self.daemon, state_dir=prefix / "lib", runtime_dir=prefix / "run", socket=None
         )
-        return dataclasses.replace(self, daemon=daemon)
+        access = dataclasses.replace(self.access, auth_socket=None)
+        return dataclasses.replace(self, daemon=daemon, access=access)
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -192,6 +226,36 @@ def _fraction(v: Any) -> float:
     return float(v)
 
 
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError("must be true or false")
+    return v
+
+
+_HOST_PORT = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.\-]+):\d{1,5}")
+
+
+def _listen(v: Any) -> str:
+    if not isinstance(v, str) or (
+        v and not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.\-]+):\d{1,5}", v)
+    ):
+        raise ValueError('must be "HOST:PORT" (e.g. "0.0.0.0:9443"), or "" for no TCP listener')
+    if v and not 0 < int(v.rsplit(":", 1)[1]) < 65536:
+        raise ValueError("port must be 1..65535")
+    return v
+
+
+def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(v, dict):
+        raise ValueError(
+            'must be a table of certificate common name = role, e.g. { "slurm-ctl" = "scheduler" }'
+        )
+    for cn, role in v.items():
+        if role not in REMOTE_ROLES:
+            raise ValueError(f"role of {cn!r} must be one of {', '.join(REMOTE_ROLES)}")
+    return tuple(sorted(v.items()))
+
+
 def _kinds(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or any(k not in CAPTURE_KINDS for k in v):
         raise ValueError(f"must be a non-empty list drawn from {', '.join(CAPTURE_KINDS)}")
@@ -225,6 +289,20 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "kinds": _kinds,
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
+    },
+    "access": {
+        "read_group": _string,
+        "admin_group": _string,
+        "allow_device_levers": _bool,
+        "token_ttl_s": _positive_float,
+        "auth_socket": _path,
+    },
+    "remote": {
+        "listen": _listen,
+        "cert": _path,
+        "key": _path,
+        "client_ca": _path,
+        "subjects": _subjects,
     },
     "sim": {
         "gpus": _int_range(0, 64),
@@ -341,8 +419,17 @@ def parse(text: str, path: Path) -> Config:
         SimProcess(**d)
         for d in _items(rep, "processes", sim.get("processes", []), _PROCESS_SCHEMA, {"gpu", "pid"})
     )
+    remote = RemoteConfig(**sections["remote"])
+    if remote.listen:
+        for key in ("cert", "key", "client_ca"):
+            if getattr(remote, key) is None:
+                raise rep.error(
+                    "remote", key, "is required when remote.listen is set (the listener is mutual TLS only)"
+                )
     return Config(
         daemon=DaemonConfig(**sections["daemon"]),
+        access=AccessConfig(**sections["access"]),
+        remote=remote,
         telemetry=TelemetryConfig(**sections["telemetry"]),
         metrics=MetricsConfig(**sections["metrics"]),
         capture=CaptureConfig(**sections["capture"]),

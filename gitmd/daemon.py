@@ -61,6 +61,10 @@ class Daemon:
     def start(self) -> None:
         # Imported here: the generated protobuf code is only needed once we really serve.
         from gitmd.api.server import ApiServer
+        from gitmd.auth.access import Access
+        from gitmd.auth.gate import Gate
+        from gitmd.auth.peer import CredentialServer
+        from gitmd.auth.tokens import TokenAuthority
         from gitmd.metrics import MetricsServer, build_registry
         from gitmd.service import Service
 
@@ -116,7 +120,18 @@ class Daemon:
                     self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID
                 )
             self._on_stop("watchers", self.service.shutdown)
-            api = ApiServer(self.service, d.socket_path, d.socket_mode, d.socket_group)
+            authority = TokenAuthority(cfg.access.token_ttl_s)
+            access = Access(
+                cfg.access.read_group,
+                cfg.access.admin_group,
+                cfg.access.allow_device_levers,
+                dict(cfg.remote.subjects),
+            )
+            credentials = CredentialServer(cfg.auth_socket_path, authority)
+            credentials.start()
+            self._on_stop("credential socket", credentials.stop)
+            gate = Gate(authority, access, self.service.audit)
+            api = ApiServer(self.service, gate, d.socket_path, d.socket_mode, d.socket_group, cfg.remote)
             api.start()
             self._on_stop("gRPC server", lambda: api.stop(grace_s=2.0))
 

@@ -40,3 +40,11 @@ class BackendUnavailableError(TelemetryError):
 
 class StoreError(GitmdError):
     """The SQLite store is unusable (corrupt, newer schema than this gitmd knows...)."""
+
+
+class UnauthenticatedError(GitmdError):
+    """The caller's identity could not be established (no, forged, expired or replayed token)."""
+
+
+class PermissionDeniedError(GitmdError):
+    """The caller is known but may not do this; the message says what was refused and why."""

@@ -34,6 +34,7 @@ from gitmd.events import Hub, Watch
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
+from gitmd.store.audit import Audit
 from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
@@ -114,6 +115,7 @@ class Service:
         self.jobs = jobs
         self.capture = capture
         self.library = library
+        self.audit = Audit(jobs.store)
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self._all_dead_since: dict[str, int] = {}
@@ -179,7 +181,9 @@ class Service:
         return self.sampler.watch(gpu_index, self.alive)
 
     # -- jobs --------------------------------------------------------------------------------
-    def register_job(self, reg: Registration) -> tuple[JobView, LaunchPlan]:
+    def register_job(
+        self, reg: Registration, audit_row: dict[str, Any] | None = None
+    ) -> tuple[JobView, LaunchPlan]:
         capture = reg.capture
         want_capture = capture and self.capture is not None
         found: dict[str, Workload] = {}
@@ -190,7 +194,7 @@ class Service:
                 found["w"] = w
             return w.id if w else ""
 
-        job, plan = self.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve)
+        job, plan = self.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve, audit_row)
         workload = found.get("w")
         if workload is not None:
             # A recurring job: its known-good policy comes with the launch, no experiment needed.

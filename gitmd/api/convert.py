@@ -12,6 +12,7 @@ from gitmd.api.pb import pb
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
+from gitmd.store.audit import AuditEntry
 from gitmd.store.library import Policy, Workload
 from gitmd.telemetry.backend import BYTE_METRICS, FLOAT_METRICS, GpuInfo, GpuSample
 
@@ -281,3 +282,17 @@ def attribution_to_pb(rep: WindowReport) -> Any:
             ],
         )
     return msg
+
+
+def audit_to_pb(e: AuditEntry) -> Any:
+    return pb.AuditEntry(
+        id=e.id,
+        at_unix_ns=e.at_ns,
+        actor=e.actor,
+        actor_uid=e.actor_uid,
+        action=e.action,
+        target=e.target,
+        outcome=e.outcome,
+        detail=e.detail,
+        scheduler_job_id=e.scheduler_job_id,
+    )

@@ -1,7 +1,9 @@
-"""The gRPC server on the Unix socket: our service, standard health checking, and reflection.
+"""The gRPC server: our service, standard health checking, and reflection, on the Unix socket and,
+when configured, on a TCP port that exists only with mutual TLS.
 
-The socket is created by grpc, then given its mode (0660) and group (gitm, when the group exists)
-before the daemon reports ready, so no client ever sees it with looser permissions.
+The Unix socket is created by grpc, then given its mode (default 0666: every local user may connect;
+each call is authorised by the caller's kernel-verified uid) and group before the daemon reports
+ready. Beside it the credential socket issues the tokens that carry that uid (``gitmd.auth``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from grpc_reflection.v1alpha import reflection
 
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.servicer import GitmdServicer
+from gitmd.auth.gate import Gate
+from gitmd.config import RemoteConfig
 from gitmd.errors import StartupError
 from gitmd.service import Service
 
@@ -30,7 +34,14 @@ MAX_MESSAGE_BYTES = 80 << 20  # a library document may be 64 MiB
 
 class ApiServer:
     def __init__(
-        self, service: Service, socket_path: Path, socket_mode: int, socket_group: str, workers: int = 16
+        self,
+        service: Service,
+        gate: Gate,
+        socket_path: Path,
+        socket_mode: int,
+        socket_group: str,
+        remote: RemoteConfig | None = None,
+        workers: int = 16,
     ):
         if len(os.fsencode(socket_path)) > MAX_UNIX_PATH:
             raise StartupError(
@@ -38,6 +49,8 @@ class ApiServer:
                 f"{MAX_UNIX_PATH}. Choose a shorter daemon.socket or runtime_dir."
             )
         self.socket_path = socket_path
+        self.remote = remote if remote is not None and remote.listen else None
+        self.tcp_port = 0
         self._mode = socket_mode
         self._group = socket_group
         self.health = health.HealthServicer()
@@ -49,7 +62,7 @@ class ApiServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service), self.server)
+        pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service, gate), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (
@@ -68,11 +81,35 @@ class ApiServer:
             raise StartupError(f"cannot listen on {self.socket_path}: {e}") from e
         if port == 0:
             raise StartupError(f"cannot listen on {self.socket_path}")
+        if self.remote is not None:
+            self.tcp_port = self._listen_tls(self.remote)
         self.server.start()
         self._secure_socket()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving gRPC on unix:%s", self.socket_path)
+
+    def _listen_tls(self, remote: RemoteConfig) -> int:
+        """The TCP listener: mutual TLS, a client certificate signed by ``client_ca`` required."""
+        assert remote.cert is not None and remote.key is not None and remote.client_ca is not None
+        try:
+            creds = grpc.ssl_server_credentials(
+                [(remote.key.read_bytes(), remote.cert.read_bytes())],
+                root_certificates=remote.client_ca.read_bytes(),
+                require_client_auth=True,
+            )
+        except OSError as e:
+            raise StartupError(f"remote: cannot read {e.filename}: {e.strerror}") from e
+        try:
+            port = self.server.add_secure_port(remote.listen, creds)
+        except RuntimeError as e:
+            raise StartupError(f"remote: cannot listen on {remote.listen}: {e}") from e
+        if port == 0:
+            raise StartupError(
+                f"remote: cannot listen on {remote.listen} (port taken, or bad certificate/key)"
+            )
+        log.info("serving gRPC with mutual TLS on %s (port %d)", remote.listen, port)
+        return int(port)
 
     def _secure_socket(self) -> None:
         os.chmod(self.socket_path, self._mode)

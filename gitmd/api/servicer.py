@@ -1,6 +1,9 @@
 """The gRPC servicer: one line per method. It converts and calls the service; no logic lives here.
 
-Errors of the project's hierarchy become status codes here, in one place (``_errors``).
+Every method first passes the gate (``gitmd.auth.gate``): the caller is established from the kernel
+(or a client certificate), checked against the access table, and handed to the method, which checks
+ownership of the job it touches. Errors of the project's hierarchy become status codes here, in one
+place (``_abort``); refusals are audited.
 """
 
 from __future__ import annotations
@@ -14,46 +17,62 @@ import grpc
 
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
+from gitmd.auth.access import Access, Caller
+from gitmd.auth.gate import Gate
+from gitmd.errors import (
+    GitmdError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
 from gitmd.experiments import equivalence
 from gitmd.jobs.registry import Registration
 from gitmd.service import Service
+from gitmd.store import audit
 
 log = logging.getLogger(__name__)
 
 _CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _errors(fn: F) -> F:
+def _abort(context: grpc.ServicerContext, e: GitmdError, rpc: str) -> None:
+    for cls, code in _CODES:
+        if isinstance(e, cls):
+            context.abort(code, str(e))
+    log.exception("%s failed", rpc)
+    context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+
+def _rpc(fn: F) -> F:
+    """Unary: admit the caller through the gate, run, turn errors into status codes."""
+
     @functools.wraps(fn)
-    def unary(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+    def unary(self: GitmdServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            return fn(self, request, context)
+            caller = self.gate.admit(context, fn.__name__)
+            return fn(self, request, context, caller)
         except GitmdError as e:
-            for cls, code in _CODES:
-                if isinstance(e, cls):
-                    context.abort(code, str(e))
-            log.exception("%s failed", fn.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            _abort(context, e, fn.__name__)
 
     return unary  # type: ignore[return-value]
 
 
-def _stream_errors(fn: F) -> F:
+def _stream(fn: F) -> F:
     @functools.wraps(fn)
-    def streaming(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def streaming(self: GitmdServicer, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
-            yield from fn(self, request, context)
+            caller = self.gate.admit(context, fn.__name__)
+            yield from fn(self, request, context, caller)
         except GitmdError as e:
-            for cls, code in _CODES:
-                if isinstance(e, cls):
-                    context.abort(code, str(e))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            _abort(context, e, fn.__name__)
 
     return streaming  # type: ignore[return-value]
 
@@ -63,23 +82,39 @@ def _opt(msg: Any, field: str) -> Any:
 
 
 class GitmdServicer(pb_grpc.GitmdServicer):
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, gate: Gate) -> None:
         self.svc = service
+        self.gate = gate
 
-    @_errors
-    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+    # -- ownership -----------------------------------------------------------------------------
+    def _deny(self, caller: Caller, rpc: str, target: str, why: str) -> PermissionDeniedError:
+        self.gate.record(caller, rpc, "denied", target, why)
+        return PermissionDeniedError(why)
+
+    def _job_for(self, caller: Caller, rpc: str, id_or_name: str, detail: bool) -> Any:
+        """The job, if the caller may read it (``detail``: inspect in detail or change it)."""
+        view = self.svc.get_job(id_or_name)
+        job = view.job
+        allowed = Access.may_touch_job(caller, job.uid) if detail else Access.may_read_job(caller, job.uid)
+        if not allowed:
+            raise self._deny(caller, rpc, job.id, f"job {job.id} belongs to uid {job.uid}, not {caller.name}")
+        return view
+
+    # -- daemon and telemetry (readers) --------------------------------------------------------
+    @_rpc
+    def GetStatus(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return convert.status_to_pb(self.svc.status())
 
-    @_errors
-    def ListGpus(self, request: Any, context: grpc.ServicerContext) -> Any:
+    @_rpc
+    def ListGpus(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return pb.ListGpusResponse(
             gpus=[convert.gpu_to_pb(g) for g in self.svc.gpus()],
             backend=self.svc.backend.name,
             driver_version=self.svc.backend.driver_version(),
         )
 
-    @_errors
-    def GetTelemetry(self, request: Any, context: grpc.ServicerContext) -> Any:
+    @_rpc
+    def GetTelemetry(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         page = self.svc.telemetry(
             _opt(request, "gpu_index"), request.since_unix_ns, request.until_unix_ns, request.limit
         )
@@ -87,15 +122,20 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             samples=[convert.sample_to_pb(s) for s in page.samples], truncated=page.truncated
         )
 
-    @_stream_errors
-    def WatchTelemetry(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    @_stream
+    def WatchTelemetry(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Iterator[Any]:
         watch = self.svc.watch_telemetry(_opt(request, "gpu_index"))
         context.add_callback(watch.cancel)
         for sample in watch:
             yield convert.sample_to_pb(sample)
 
-    @_errors
-    def RegisterJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+    # -- jobs (their owners; readers see summaries; schedulers act for users) ------------------
+    @_rpc
+    def RegisterJob(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        try:
+            uid, gid = self.gate.access.registration_owner(caller, request.uid, request.gid)
+        except PermissionDeniedError as e:
+            raise self._deny(caller, "RegisterJob", "", str(e)) from None
         contract = equivalence.validate(
             [
                 equivalence.Check(c.kind, c.rtol, c.atol, c.regex, c.path, c.compare)
@@ -107,8 +147,8 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 name=request.name,
                 command=tuple(request.command),
                 cwd=request.cwd,
-                uid=request.uid,
-                gid=request.gid,
+                uid=uid,
+                gid=gid,
                 capture=request.capture,
                 launch_key=request.launch_key,
                 gpus=tuple(request.gpus),
@@ -117,30 +157,64 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 if request.HasField("allow_exploration")
                 else True,
                 scheduler_job_id=request.scheduler_job_id,
-            )
+            ),
+            audit.row(caller.name, caller.uid, "RegisterJob", "ok", detail={"uid": uid, "gid": gid}),
         )
         return pb.RegisterJobResponse(
             job_id=view.job.id, plan=convert.plan_to_pb(plan), job=convert.job_to_pb(view)
         )
 
-    @_errors
-    def ReportJobExit(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.job_to_pb(self.svc.report_exit(request.job_id, request.exit_code))
+    @_rpc
+    def ReportJobExit(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        job = self.svc.get_job(request.job_id).job
+        if not Access.may_close_job(caller, job.uid):
+            raise self._deny(
+                caller, "ReportJobExit", job.id, f"job {job.id} belongs to uid {job.uid}, not {caller.name}"
+            )
+        view = self.svc.report_exit(job.id, request.exit_code)
+        self.gate.record(
+            caller, "ReportJobExit", "ok", job.id, f"exit {request.exit_code}", job.scheduler_job_id
+        )
+        return convert.job_to_pb(view)
 
-    @_errors
-    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+    @_rpc
+    def ListJobs(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        views = self.svc.list_jobs(request.all)
+        if not (caller.is_reader or caller.acts_for_others):
+            views = [v for v in views if v.job.uid == caller.uid]
+            return pb.ListJobsResponse(jobs=[convert.job_to_pb(v) for v in views])
         return pb.ListJobsResponse(
-            jobs=[convert.job_to_pb(v) for v in self.svc.list_jobs(request.all)],
+            jobs=[convert.job_to_pb(v) for v in views],
             untracked=[convert.untracked_to_pb(u) for u in self.svc.untracked_processes()],
         )
 
-    @_errors
-    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.job_to_pb(self.svc.get_job(request.job_id))
+    @_rpc
+    def GetJob(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        return convert.job_to_pb(self._job_for(caller, "GetJob", request.job_id, detail=False))
 
-    @_stream_errors
-    def TraceJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        result = self.svc.trace_job(request.job_id, request.duration_s, request.raw)
+    @_stream
+    def WatchJobs(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Iterator[Any]:
+        if request.job_id:
+            job_id = self._job_for(caller, "WatchJobs", request.job_id, detail=False).job.id
+        elif not caller.is_reader:
+            raise self._deny(caller, "WatchJobs", "", "watching every job needs the reader role")
+        else:
+            job_id = ""
+        watch = self.svc.watch_jobs(job_id)
+        context.add_callback(watch.cancel)
+        for event in watch:
+            yield pb.JobEvent(kind=event.kind, at_unix_ns=event.at_ns, job=convert.job_to_pb(event.view))
+
+    @_rpc
+    def GetAttribution(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        job = self._job_for(caller, "GetAttribution", request.job_id, detail=True).job
+        return convert.attribution_to_pb(self.svc.attribution(job.id, request.window_id))
+
+    @_stream
+    def TraceJob(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Iterator[Any]:
+        job = self._job_for(caller, "TraceJob", request.job_id, detail=True).job
+        result = self.svc.trace_job(job.id, request.duration_s, request.raw)
+        self.gate.record(caller, "TraceJob", "ok", job.id, f"{request.duration_s:g} s", job.scheduler_job_id)
         for chunk in result.chunks:
             yield pb.TraceChunk(data=chunk)
         summary = dict(result.summary)
@@ -150,42 +224,67 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             msg.step.CopyFrom(convert.steps_to_pb(steps))
         yield pb.TraceChunk(summary=msg)
 
-    @_errors
-    def ListWorkloads(self, request: Any, context: grpc.ServicerContext) -> Any:
+    # -- the library (readers; changes need the admin role) -----------------------------------
+    @_rpc
+    def ListWorkloads(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return pb.ListWorkloadsResponse(workloads=[convert.workload_to_pb(w) for w in self.svc.workloads()])
 
-    @_errors
-    def GetWorkload(self, request: Any, context: grpc.ServicerContext) -> Any:
+    @_rpc
+    def GetWorkload(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return convert.workload_to_pb(self.svc.workload(request.workload_id))
 
-    @_errors
-    def PinPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.policy_to_pb(self.svc.pin_policy(request.policy_id, "operator"))
+    def _library_change(self, caller: Caller, rpc: str, target: str, action: Callable[[], Any]) -> Any:
+        try:
+            result = action()
+        except GitmdError as e:
+            self.gate.record(caller, rpc, "failed", target, str(e))
+            raise
+        self.gate.record(caller, rpc, "ok", target)
+        return result
 
-    @_errors
-    def UnpinPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.policy_to_pb(self.svc.unpin_policy(request.policy_id))
+    @_rpc
+    def PinPolicy(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        policy = self._library_change(
+            caller,
+            "PinPolicy",
+            str(request.policy_id),
+            lambda: self.svc.pin_policy(request.policy_id, caller.name),
+        )
+        return convert.policy_to_pb(policy)
 
-    @_errors
-    def RevertPolicy(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.policy_to_pb(self.svc.revert_policy(request.policy_id))
+    @_rpc
+    def UnpinPolicy(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        policy = self._library_change(
+            caller, "UnpinPolicy", str(request.policy_id), lambda: self.svc.unpin_policy(request.policy_id)
+        )
+        return convert.policy_to_pb(policy)
 
-    @_errors
-    def ExportLibrary(self, request: Any, context: grpc.ServicerContext) -> Any:
+    @_rpc
+    def RevertPolicy(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        policy = self._library_change(
+            caller, "RevertPolicy", str(request.policy_id), lambda: self.svc.revert_policy(request.policy_id)
+        )
+        return convert.policy_to_pb(policy)
+
+    @_rpc
+    def ExportLibrary(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return pb.LibraryDocument(json=self.svc.export_library())
 
-    @_errors
-    def ImportLibrary(self, request: Any, context: grpc.ServicerContext) -> Any:
-        workloads, policies = self.svc.import_library(request.json)
+    @_rpc
+    def ImportLibrary(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        workloads, policies = self._library_change(
+            caller, "ImportLibrary", "", lambda: self.svc.import_library(request.json)
+        )
         return pb.ImportLibraryResponse(workloads_added=workloads, policies_added=policies)
 
-    @_stream_errors
-    def WatchJobs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        watch = self.svc.watch_jobs(request.job_id)
-        context.add_callback(watch.cancel)
-        for event in watch:
-            yield pb.JobEvent(kind=event.kind, at_unix_ns=event.at_ns, job=convert.job_to_pb(event.view))
+    # -- access ---------------------------------------------------------------------------------
+    @_rpc
+    def WhoAmI(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        return pb.WhoAmIResponse(name=caller.name, uid=caller.uid, roles=sorted(caller.roles))
 
-    @_errors
-    def GetAttribution(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return convert.attribution_to_pb(self.svc.attribution(request.job_id, request.window_id))
+    @_rpc
+    def ListAudit(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        entries = self.svc.audit.list(
+            request.limit or 100, request.target, request.scheduler_job_id, request.before_id
+        )
+        return pb.ListAuditResponse(entries=[convert.audit_to_pb(e) for e in entries])

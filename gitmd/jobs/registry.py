@@ -22,6 +22,7 @@ from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
 from gitmd.jobs.launch_key import launch_key
+from gitmd.store import audit
 from gitmd.store.db import Store
 
 MAX_NAME = 200
@@ -106,9 +107,13 @@ class JobRegistry:
         self.capture_cfg = capture
 
     def register(
-        self, reg: Registration, resolve: Callable[[str], str] | None = None
+        self,
+        reg: Registration,
+        resolve: Callable[[str], str] | None = None,
+        audit_row: dict[str, Any] | None = None,
     ) -> tuple[Job, LaunchPlan]:
-        """Register; ``resolve`` maps the launch key to a known workload id (or "") in the same step."""
+        """Register; ``resolve`` maps the launch key to a known workload id (or "") in the same step.
+        ``audit_row`` (its target set to the new job's id) is committed in the same transaction."""
         name, command, cwd, uid, gid, capture, key = (
             reg.name,
             list(reg.command),
@@ -188,6 +193,8 @@ class JobRegistry:
                     "scheduler_job_id": reg.scheduler_job_id,
                 }
             )
+            if audit_row is not None:
+                audit.insert(db, {**audit_row, "target": job.id, "scheduler_job_id": reg.scheduler_job_id})
         return job, plan
 
     def get(self, id_or_name: str) -> Job:

@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from gitmd.auth.client import open_channel
 from tests.integration.conftest import Daemon, command, ctl, ctl_json, free_port
 
 
@@ -77,7 +78,7 @@ def test_bad_input_is_a_clear_error(daemon: Daemon) -> None:
     assert r.returncode == 4 and "no GPU with index 9" in r.stderr
     r = ctl(daemon.socket, "telemetry", "--since", "yesterday", check=False)
     assert r.returncode == 2 and "not a duration" in r.stderr
-    with grpc.insecure_channel(f"unix:{daemon.socket}") as ch:
+    with open_channel(daemon.socket) as ch:
         from gitmd.api.pb import pb, pb_grpc
 
         stub = pb_grpc.GitmdStub(ch)
@@ -103,8 +104,8 @@ def test_health_and_reflection_answer(daemon: Daemon) -> None:
         assert {"gitm.v1.Gitmd", "grpc.health.v1.Health"} <= names
 
 
-def test_socket_mode_is_0660(daemon: Daemon) -> None:
-    assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o660
+def test_socket_mode_is_0666(daemon: Daemon) -> None:
+    assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o666
     assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o755
 
 

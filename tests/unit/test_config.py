@@ -14,7 +14,7 @@ def test_defaults_when_empty() -> None:
     cfg = parse("")
     assert cfg.daemon.socket_path == Path("/run/gitmd/gitmd.sock")
     assert cfg.daemon.db_path == Path("/var/lib/gitmd/gitmd.db")
-    assert cfg.daemon.socket_mode == 0o660
+    assert cfg.daemon.socket_mode == 0o666
     assert cfg.telemetry.backend == "auto"
     assert cfg.telemetry.interval_s == 1.0
     assert cfg.metrics.port == 9402

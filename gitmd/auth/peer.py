@@ -1,0 +1,109 @@
+"""The credential socket: the kernel says who connected, the daemon answers with tokens for them.
+
+Protocol (one exchange per connection, text lines): the client sends ``TOKENS <n>\\n`` (1..64); the
+daemon answers ``OK <token> ...\\n`` or ``ERR <reason>\\n`` and closes. The socket is mode 0666: any
+local user may ask, and gets tokens for their own uid only — what the client writes cannot change
+that. A client that says nothing is dropped after a second.
+"""
+
+from __future__ import annotations
+
+import array
+import logging
+import os
+import socket
+import socketserver
+import struct
+import threading
+from pathlib import Path
+
+from gitmd.auth.tokens import Peer, TokenAuthority
+from gitmd.errors import StartupError
+
+log = logging.getLogger(__name__)
+
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
+MAX_BATCH = 64
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """The connecting process's pid, uid, gid and supplementary groups, from the kernel."""
+    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+    groups = {gid}
+    size = 4 * 64
+    while size <= 4 * 65536:
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, size)
+        except OSError as e:
+            if e.errno == 34:  # ERANGE: more groups than the buffer holds
+                size *= 4
+                continue
+            raise
+        ids = array.array("I")
+        ids.frombytes(raw[: len(raw) - len(raw) % 4])
+        groups.update(ids)
+        break
+    return Peer(uid=uid, gid=gid, groups=frozenset(groups), pid=pid)
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: CredentialServer
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(1.0)
+        try:
+            peer = peer_of(sock)
+            line = b""
+            while not line.endswith(b"\n") and len(line) < 64:
+                chunk = sock.recv(64 - len(line))
+                if not chunk:
+                    break
+                line += chunk
+            parts = line.decode("ascii", "replace").split()
+            if len(parts) != 2 or parts[0] != "TOKENS" or not parts[1].isdigit():
+                sock.sendall(b"ERR expected 'TOKENS <n>'\n")
+                return
+            n = int(parts[1])
+            if not 1 <= n <= MAX_BATCH:
+                sock.sendall(f"ERR n must be 1..{MAX_BATCH}\n".encode())
+                return
+            tokens = [self.server.authority.issue(peer) for _ in range(n)]
+            sock.sendall(("OK " + " ".join(tokens) + "\n").encode("ascii"))
+        except OSError as e:  # the client went away or timed out: nothing to do
+            log.debug("credential socket: %s", e)
+
+
+class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, path: Path, authority: TokenAuthority) -> None:
+        self.authority = authority
+        self.path = path
+        if len(os.fsencode(path)) > 107:
+            raise StartupError(f"credential socket path {path} is too long for a Unix socket")
+        try:
+            path.unlink()  # a stale socket of an earlier run; the main socket's lock already holds
+        except FileNotFoundError:
+            pass
+        try:
+            super().__init__(str(path), _Handler)
+        except OSError as e:
+            raise StartupError(f"cannot listen on {path}: {e.strerror}") from e
+        os.chmod(path, 0o666)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, name="credentials", daemon=True)
+        self._thread.start()
+        log.info("issuing tokens on unix:%s", self.path)
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
