@@ -1,5 +1,17 @@
 """One module per verb, each with ``register(subparsers, common)`` and ``run(args, client) -> int``."""
 
-from gitmctl.commands import explain, gpus, job, jobs, library, run, status, telemetry, trace
+from gitmctl.commands import (
+    audit,
+    explain,
+    gpus,
+    job,
+    jobs,
+    library,
+    run,
+    status,
+    telemetry,
+    trace,
+    whoami,
+)
 
-VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain)
+VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain, whoami, audit)

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     im = acts.add_parser(
         "import", parents=[common], help="merge a document (validated first; never replaces a pin)"
     )
-    im.add_argument("file", type=Path)
+    im.add_argument("file", type=Path, help="the document, or - for standard input")
 
 
 def _policy_row(p: Any, active: int) -> tuple[str, ...]:
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
             sys.stdout.write(doc.json.decode())
         return 0
     try:
-        data = args.file.read_bytes()
+        data = sys.stdin.buffer.read() if str(args.file) == "-" else args.file.read_bytes()
     except OSError as e:
         print(f"gitmctl library import: cannot read {args.file}: {e.strerror}", file=sys.stderr)
         return 2

@@ -23,6 +23,9 @@ MAX_RING_FILE_BYTES = 1 << 31  # 2 GiB: the shim caps capacity at 2^24 records (
 STATUS_NAMES = {0: "init", 1: "idle", 2: "capturing", 3: "stepped_aside", 4: "off"}
 
 
+_MAX_COUNTER = (1 << 63) - (1 << 27)  # head/tail count records; far beyond any real process
+
+
 class RingError(Exception):
     """The file is not a valid ring: the message says what is wrong. Log it and skip the file."""
 
@@ -52,7 +55,9 @@ class RingStatus:
 class Ring:
     """One mapped ring file; ``drain`` for records, the control methods for windows and knobs."""
 
-    def __init__(self, path: Path | str, abi: Abi | None = None) -> None:
+    def __init__(self, path: Path | str, abi: Abi | None = None, owner_uid: int | None = None) -> None:
+        """Map ``path``. With ``owner_uid`` the file must belong to that uid and have one link: a
+        job's user cannot make gitmd write the control page of a file that is not their ring."""
         self.path = Path(path)
         self.abi = abi or load()
         a = self.abi
@@ -64,6 +69,10 @@ class Ring:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise RingError(f"{self.path}: not a regular file")
+            if owner_uid is not None and st.st_uid != owner_uid:
+                raise RingError(f"{self.path}: owned by uid {st.st_uid}, not the job's uid {owner_uid}")
+            if owner_uid is not None and st.st_nlink != 1:
+                raise RingError(f"{self.path}: has {st.st_nlink} hard links (a ring file has one)")
             size = st.st_size
             if size < 2 * a.page_size:
                 raise RingError(f"{self.path}: truncated ({size} bytes, less than two pages)")
@@ -132,7 +141,7 @@ class Ring:
         tail = int(self.hdr["tail"])
         head = int(self.hdr["head"])
         n = head - tail
-        if n <= 0:
+        if n <= 0 or tail > _MAX_COUNTER:  # nothing, or counters no shim could have written
             return self._words[:0], 0
         n = min(n, self.capacity, max_records or self.capacity)
         start = tail & self.mask

@@ -124,6 +124,7 @@ class CaptureManager:
         """Map ring files that appeared since last time; bad files are logged once and skipped."""
         try:
             entries = list(os.scandir(jc.directory))
+            owner = os.lstat(jc.directory).st_uid  # the job's user (gitmd made it so, mode 0700)
         except OSError:
             return
         for entry in entries:
@@ -139,7 +140,7 @@ class CaptureManager:
                 log.warning("capture: %s is not a regular file; ignored", entry.path)
                 continue
             try:
-                pc = ProcessCapture(Ring(entry.path, self.abi))
+                pc = ProcessCapture(Ring(entry.path, self.abi, owner_uid=owner))
                 jc.procs[name] = pc
                 if self.watcher is not None:
                     pc.exited = False

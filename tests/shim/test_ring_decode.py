@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitmd.capture.abi import load
 from gitmd.capture.decode import NameTable, decode
@@ -204,3 +208,50 @@ def test_discard_gives_slots_back_unread(write_ring: WriteRing) -> None:
     head = int(ring.hdr["head"])
     assert ring.discard() == head and ring.pending() == 0 and len(ring.drain()) == 0
     assert ring.discard() == 0
+
+
+# -- hostile contents behind a valid header: the decoder's bounds checks -----------------------
+RECORDS_OFFSET = 2 * 4096
+_PRISTINE: list[bytes] = []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    head=st.integers(0, 2**64 - 1),
+    tail=st.integers(0, 2**64 - 1),
+    junk=st.binary(min_size=0, max_size=64 * 64),
+    where=st.integers(0, 63),
+)
+def test_random_counters_and_records_never_escape_as_anything_but_ring_errors(
+    write_ring: WriteRing, head: int, tail: int, junk: bytes, where: int
+) -> None:
+    if not _PRISTINE:
+        _PRISTINE.append(write_ring(40, 64).read_bytes())
+    path = Path(tempfile.mkdtemp(prefix="gitm-fuzz-")) / "ring-1-1.gitm"
+    path.write_bytes(_PRISTINE[0])
+    abi = load()
+    h_off = abi.header.fields["head"][1]
+    t_off = abi.header.fields["tail"][1]
+    _corrupt(path, h_off, struct.pack("<Q", head))
+    _corrupt(path, t_off, struct.pack("<Q", tail))
+    _corrupt(path, RECORDS_OFFSET + where * 64, junk[: (64 - where) * 64])
+    try:
+        ring = Ring(path, owner_uid=os.getuid())
+        names = NameTable()
+        for _ in range(3):
+            decode(ring.drain(), names=names)
+        ring.status()
+    except RingError:
+        pass
+    finally:
+        shutil.rmtree(path.parent)
+
+
+def test_rings_of_another_owner_or_with_links_are_refused(write_ring: WriteRing, tmp_path: Path) -> None:
+    path = write_ring(10, 64)
+    with pytest.raises(RingError, match="not the job's uid"):
+        Ring(path, owner_uid=os.getuid() + 1)
+    link = tmp_path / "hard.gitm"
+    os.link(path, link)
+    with pytest.raises(RingError, match="hard links"):
+        Ring(path, owner_uid=os.getuid())
