@@ -91,3 +91,30 @@ def test_shipped_configs_parse() -> None:
     root = Path(__file__).resolve().parents[2]
     for path in (root / "packaging" / "gitmd.toml", root / "tools" / "dev.toml"):
         config.load(path)
+
+
+def test_access_and_remote_sections() -> None:
+    cfg = parse(
+        '[access]\nread_group = "ops"\nallow_device_levers = true\n'
+        '[remote]\nlisten = "0.0.0.0:9443"\ncert = "/c.pem"\nkey = "/k.pem"\nclient_ca = "/ca.pem"\n'
+        'subjects = { "slurm-ctl" = "scheduler", "ops-console" = "admin" }\n'
+    )
+    assert cfg.access.read_group == "ops" and cfg.access.allow_device_levers
+    assert cfg.remote.subjects == (("ops-console", "admin"), ("slurm-ctl", "scheduler"))
+    assert cfg.auth_socket_path == Path("/run/gitmd/gitmd-auth.sock")
+    assert parse("").remote.listen == "" and not parse("").access.allow_device_levers
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[remote]\nlisten = "0.0.0.0:9443"\n', "remote.cert is required"),
+        ('[remote]\nlisten = "nohost"\n', "HOST:PORT"),
+        ('[remote]\nlisten = "h:99999"\n', "port must be"),
+        ('[remote]\nsubjects = { "x" = "root" }\n', "role of 'x'"),
+        ("[access]\nallow_device_levers = 1\n", "true or false"),
+    ],
+)
+def test_bad_access_settings(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse(text)

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import grp
+import os
+
+import pytest
+
+from gitmd.api.pb import pb
+from gitmd.auth.access import ADMIN, READER, RPC_NEEDS, SCHEDULER, Access
+from gitmd.auth.tokens import Peer
+from gitmd.errors import PermissionDeniedError
+
+
+def some_group() -> grp.struct_group:
+    return grp.getgrgid(os.getgid())
+
+
+def test_every_rpc_has_a_need() -> None:
+    assert set(RPC_NEEDS) == {m.name for m in pb.DESCRIPTOR.services_by_name["Gitmd"].methods}
+
+
+def test_roles_come_from_groups_the_kernel_reported() -> None:
+    g = some_group()
+    acc = Access(read_group=g.gr_name, admin_group="no-such-group-gitm")
+    user = acc.local(Peer(uid=1234, gid=999_999, groups=frozenset({999_999}), pid=1))
+    assert user.roles == frozenset() and not user.is_reader
+    reader = acc.local(Peer(uid=1234, gid=999_999, groups=frozenset({g.gr_gid}), pid=1))
+    assert reader.roles == {READER}
+    admin = Access(admin_group=g.gr_name).local(Peer(uid=1234, gid=1, groups=frozenset({g.gr_gid}), pid=1))
+    assert {READER, ADMIN} <= admin.roles
+    root = acc.local(Peer(uid=0, gid=0, groups=frozenset({0}), pid=1))
+    assert root.roles == {READER, ADMIN, SCHEDULER} and root.is_root
+
+
+def test_needs_are_enforced() -> None:
+    acc = Access(read_group="no-such-group-gitm", admin_group="no-such-group-gitm")
+    user = acc.local(Peer(uid=1234, gid=1234, groups=frozenset({1234}), pid=1))
+    acc.check(user, "RegisterJob")
+    acc.check(user, "WhoAmI")
+    for rpc in ("GetStatus", "ListAudit", "PinPolicy", "ImportLibrary", "NotAnRpc"):
+        with pytest.raises(PermissionDeniedError):
+            acc.check(user, rpc)
+
+
+def test_jobs_belong_to_their_uid() -> None:
+    acc = Access(read_group="no-such-group-gitm")
+    a = acc.local(Peer(uid=1001, gid=100, groups=frozenset({100}), pid=1))
+    root = acc.local(Peer(uid=0, gid=0, groups=frozenset(), pid=1))
+    assert acc.may_touch_job(a, 1001) and not acc.may_touch_job(a, 1002)
+    assert acc.may_read_job(root, 1001) and acc.may_touch_job(root, 1001)
+    assert acc.registration_owner(a, 1001, 5) == (1001, 100)  # gid from the kernel, not the request
+    assert acc.registration_owner(a, 0, 0) == (1001, 100)  # unset
+    with pytest.raises(PermissionDeniedError, match="cannot register a job for uid 1002"):
+        acc.registration_owner(a, 1002, 100)
+    assert acc.registration_owner(root, 1002, 7) == (1002, 7)  # a prolog registering for the user
+
+
+def test_remote_subjects_and_device_levers() -> None:
+    acc = Access(remote_subjects={"slurm-ctl": "scheduler"})
+    sched = acc.remote("slurm-ctl")
+    assert sched.uid is None and sched.roles == {SCHEDULER, READER} and sched.acts_for_others
+    assert not acc.may_touch_job(sched, 1001) and acc.may_close_job(sched, 1001)
+    with pytest.raises(PermissionDeniedError, match="no role"):
+        acc.remote("intruder")
+    root = acc.local(Peer(uid=0, gid=0, groups=frozenset(), pid=1))
+    with pytest.raises(PermissionDeniedError, match="allow_device_levers"):
+        acc.check_device_levers(root)
+    on = Access(allow_device_levers=True)
+    on.check_device_levers(root)
+    with pytest.raises(PermissionDeniedError, match="need root"):
+        on.check_device_levers(on.local(Peer(uid=5, gid=5, groups=frozenset(), pid=1)))
