@@ -62,7 +62,7 @@ class Client:
         )
         # Every call carries a single-use token for our uid from the credential socket.
         self.credential_socket = credential_socket_for(socket_path)
-        self.channel = authenticated(self._raw, TokenSource(self.credential_socket))
+        self.channel = authenticated(self._raw, TokenSource(self.credential_socket, batch=4))
         self.stub = pb_grpc.GitmdStub(self.channel)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -40,7 +40,8 @@ _CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+Method = Callable[[Any, Any, grpc.ServicerContext, Caller], Any]  # (servicer, request, context, caller)
+Handler = Callable[[Any, Any, grpc.ServicerContext], Any]  # what grpc calls
 
 
 def _abort(context: grpc.ServicerContext, e: GitmdError, rpc: str) -> None:
@@ -51,7 +52,7 @@ def _abort(context: grpc.ServicerContext, e: GitmdError, rpc: str) -> None:
     context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
 
-def _rpc(fn: F) -> F:
+def _rpc(fn: Method) -> Handler:
     """Unary: admit the caller through the gate, run, turn errors into status codes."""
 
     @functools.wraps(fn)
@@ -62,10 +63,10 @@ def _rpc(fn: F) -> F:
         except GitmdError as e:
             _abort(context, e, fn.__name__)
 
-    return unary  # type: ignore[return-value]
+    return unary
 
 
-def _stream(fn: F) -> F:
+def _stream(fn: Method) -> Handler:
     @functools.wraps(fn)
     def streaming(self: GitmdServicer, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
@@ -74,7 +75,7 @@ def _stream(fn: F) -> F:
         except GitmdError as e:
             _abort(context, e, fn.__name__)
 
-    return streaming  # type: ignore[return-value]
+    return streaming
 
 
 def _opt(msg: Any, field: str) -> Any:

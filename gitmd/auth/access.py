@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import grp
 import pwd
+import time
 from dataclasses import dataclass
 
 from gitmd.auth.tokens import Peer
@@ -84,20 +85,44 @@ class Caller:
         return bool(self.roles & {ADMIN, SCHEDULER})
 
 
-def _gid(name: str) -> int | None:
-    if not name:
-        return None
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        return None
+NAME_CACHE_S = 10.0  # group and user names are looked up again after this long
 
 
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return "?"
+class _Names:
+    """getgrnam/getpwuid read /etc/group and /etc/passwd (or NSS) each time: cached for a few
+    seconds, so a group created or a user renamed counts within NAME_CACHE_S."""
+
+    def __init__(self) -> None:
+        self._gids: dict[str, tuple[float, int | None]] = {}
+        self._users: dict[int, tuple[float, str]] = {}
+
+    def gid(self, name: str) -> int | None:
+        if not name:
+            return None
+        now = time.monotonic()
+        hit = self._gids.get(name)
+        if hit is not None and now - hit[0] < NAME_CACHE_S:
+            return hit[1]
+        try:
+            gid: int | None = grp.getgrnam(name).gr_gid
+        except KeyError:
+            gid = None
+        self._gids[name] = (now, gid)
+        return gid
+
+    def user(self, uid: int) -> str:
+        now = time.monotonic()
+        hit = self._users.get(uid)
+        if hit is not None and now - hit[0] < NAME_CACHE_S:
+            return hit[1]
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = "?"
+        if len(self._users) > 65536:
+            self._users.clear()
+        self._users[uid] = (now, name)
+        return name
 
 
 class Access:
@@ -114,20 +139,21 @@ class Access:
         self.admin_group = admin_group
         self.allow_device_levers = allow_device_levers
         self.remote_subjects = dict(remote_subjects or {})
+        self._names = _Names()
 
     def local(self, peer: Peer) -> Caller:
         roles: set[str] = set()
         if peer.uid == 0:
             roles = {READER, ADMIN, SCHEDULER}
         else:
-            # Group ids are looked up per call, so a group created or renamed after start counts.
-            read_gid, admin_gid = _gid(self.read_group), _gid(self.admin_group)
+            # Group ids are looked up again every few seconds, so a group created after start counts.
+            read_gid, admin_gid = self._names.gid(self.read_group), self._names.gid(self.admin_group)
             if read_gid is not None and read_gid in peer.groups:
                 roles.add(READER)
             if admin_gid is not None and admin_gid in peer.groups:
                 roles |= {READER, ADMIN}
         return Caller(
-            name=f"uid {peer.uid} ({_user(peer.uid)})",
+            name=f"uid {peer.uid} ({self._names.user(peer.uid)})",
             roles=frozenset(roles),
             uid=peer.uid,
             gid=peer.gid,

@@ -23,7 +23,7 @@ from gitmd.auth.tokens import METADATA_KEY
 TOKEN_LIFETIME_S = 50.0  # used well inside the daemon's default 60 s
 
 
-class CredentialError(grpc.RpcError):  # type: ignore[misc]
+class CredentialError(grpc.RpcError):
     """The credential socket could not be reached or refused. It is an RpcError with the code
     UNAVAILABLE, so callers handle "gitmd is not there" in one place."""
 
@@ -67,7 +67,7 @@ def fetch_tokens(path: Path, n: int = 1, timeout_s: float = 5.0) -> list[str]:
 class TokenSource:
     """A pool of single-use tokens for this process's uid."""
 
-    def __init__(self, path: Path, batch: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, batch: int = 32, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.batch = batch
         self._clock = clock
@@ -89,17 +89,17 @@ class TokenSource:
             return self._pool.popleft()[1]
 
 
-class _ClientCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
-    def __init__(self, base: Any, metadata: list[tuple[str, str]]) -> None:
+class _ClientCallDetails(grpc.ClientCallDetails):
+    def __init__(self, base: Any, metadata: list[tuple[str, str | bytes]]) -> None:
         self.method = base.method
         self.timeout = base.timeout
-        self.metadata = metadata
+        self.metadata = tuple(metadata)
         self.credentials = base.credentials
         self.wait_for_ready = getattr(base, "wait_for_ready", None)
         self.compression = getattr(base, "compression", None)
 
 
-class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     def __init__(self, source: TokenSource) -> None:
         self.source = source
 
@@ -116,6 +116,7 @@ class TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientI
 
 
 def authenticated(channel: grpc.Channel, source: TokenSource) -> grpc.Channel:
+    """``channel`` with a token from ``source`` on every call."""
     return grpc.intercept_channel(channel, TokenInterceptor(source))
 
 

@@ -53,8 +53,14 @@ def row(
     }
 
 
+_INSERT = (
+    "INSERT INTO audit (at_unix_ns, actor, actor_uid, action, target, outcome, detail, scheduler_job_id) "
+    "VALUES (:at_unix_ns, :actor, :actor_uid, :action, :target, :outcome, :detail, :scheduler_job_id)"
+)
+
+
 def insert(db: sqlite_utils.Database, entry: dict[str, Any]) -> None:
-    db.table("audit").insert(entry)
+    db.conn.execute(_INSERT, entry)
 
 
 class Audit:
@@ -68,7 +74,8 @@ class Audit:
     def list(
         self, limit: int = 100, target: str = "", scheduler_job_id: str = "", before_id: int = 0
     ) -> list[AuditEntry]:
-        where, args = ["1 = 1"], []  # type: ignore[var-annotated]
+        where: list[str] = ["1 = 1"]
+        args: list[str | int] = []
         if target:
             where.append("target = ?")
             args.append(target)

@@ -324,8 +324,12 @@ def test_owner_reader_and_admin(
             grpc.StatusCode.PERMISSION_DENIED
         )
         ad = tokens_of(d, ADMIN, 2)
-        assert call(stub, "PinPolicy", pb.PolicyRequest(policy_id=int(policy_id)), ad[0]) == grpc.StatusCode.OK
-        assert call(stub, "UnpinPolicy", pb.PolicyRequest(policy_id=int(policy_id)), ad[1]) == grpc.StatusCode.OK
+        assert (
+            call(stub, "PinPolicy", pb.PolicyRequest(policy_id=int(policy_id)), ad[0]) == grpc.StatusCode.OK
+        )
+        assert (
+            call(stub, "UnpinPolicy", pb.PolicyRequest(policy_id=int(policy_id)), ad[1]) == grpc.StatusCode.OK
+        )
     r = cli_as(d, READER, "jobs", "--json")
     assert r.returncode == 0 and job_id in r.stdout
 

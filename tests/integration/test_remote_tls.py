@@ -95,7 +95,9 @@ def test_a_scheduler_certificate_registers_for_a_user(tls_daemon: tuple[Daemon, 
         assert me.name == "tls:slurm-ctl" and set(me.roles) == {"scheduler", "reader"}
         assert not me.HasField("uid")
         r = stub.RegisterJob(
-            pb.RegisterJobRequest(name="slurm-42", command=["train"], uid=4321, gid=4321, scheduler_job_id="42"),
+            pb.RegisterJobRequest(
+                name="slurm-42", command=["train"], uid=4321, gid=4321, scheduler_job_id="42"
+            ),
             timeout=10,
         )
         assert r.job.uid == 4321 and r.job.scheduler_job_id == "42"

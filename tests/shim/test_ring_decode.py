@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import struct
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
