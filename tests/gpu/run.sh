@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
+#                                                 register-rate
 #   (default: the first three)
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
@@ -51,6 +52,11 @@ for part in "${PARTS[@]}"; do
     capture-set)
       python3 bench/capture_set.py "$OUTDIR/captures" ${CAPTURE_SET_ARGS:-} 2>&1 | tee "$OUTDIR/capture-set.log"
       RESULT[$part]="$(ls "$OUTDIR"/captures/*.npz 2>/dev/null | wc -l) capture files"
+      ;;
+    register-rate)
+      python3 bench/register_rate.py --workloads 10000 --clients 8 --seconds 30 --json "$OUTDIR/register-rate.json" \
+        2>&1 | tee "$OUTDIR/register-rate.md"
+      RESULT[$part]=$(grep -E 'burst' "$OUTDIR/register-rate.md" | tr '\n' ' ' || echo "failed")
       ;;
     *) echo "unknown part $part"; RESULT[$part]="unknown part" ;;
   esac
