@@ -173,7 +173,10 @@ class JobRegistry:
             scheduler_job_id=reg.scheduler_job_id,
         )
         with self.store.transaction() as db:
-            db.table("jobs").insert(
+            # A plain prepared INSERT: sqlite-utils' insert() looks the table up in sqlite_master and
+            # wraps itself in a savepoint each time (5 extra statements on the hot registration path).
+            self._insert_job(
+                db,
                 {
                     "id": job.id,
                     "name": job.name,
@@ -191,11 +194,16 @@ class JobRegistry:
                     "contract": json.dumps(reg.contract.to_json()),
                     "allow_exploration": int(reg.allow_exploration),
                     "scheduler_job_id": reg.scheduler_job_id,
-                }
+                },
             )
             if audit_row is not None:
                 audit.insert(db, {**audit_row, "target": job.id, "scheduler_job_id": reg.scheduler_job_id})
         return job, plan
+
+    @staticmethod
+    def _insert_job(db: Any, row: dict[str, Any]) -> None:
+        cols = ", ".join(row)
+        db.conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({', '.join(':' + c for c in row)})", row)
 
     def get(self, id_or_name: str) -> Job:
         with self.store.reading() as db:

@@ -181,9 +181,9 @@ def test_torch_program_and_its_child_process(gpu_daemon: Daemon, short_tmp: Path
 
 def test_gitmd_killed_mid_window_leaves_the_job_unchanged(gpu_daemon: Daemon, short_tmp: Path) -> None:
     script = str(PROGRAMS / "torch_train.py")
-    plain = subprocess.run([sys.executable, script, "600"], capture_output=True, text=True, timeout=300)
+    plain = subprocess.run([sys.executable, script, "4000"], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0
-    job = start_job(gpu_daemon, "train", [sys.executable, script, "600"])
+    job = start_job(gpu_daemon, "train", [sys.executable, script, "4000"])
     assert job.stdout is not None
     assert job.stdout.readline().strip() == "started"
     wait_processes(gpu_daemon, "train", 1)
