@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             client.close()
     except ClientError as e:
         print(f"gitmctl: {e}", file=sys.stderr)
-        return e.exit_code
+        return 0 if args.verb == "slurm" else e.exit_code  # never fail a scheduler's job
     except BrokenPipeError:
         return 0
 

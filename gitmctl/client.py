@@ -65,6 +65,11 @@ class Client:
         self.channel = authenticated(self._raw, TokenSource(self.credential_socket, batch=4))
         self.stub = pb_grpc.GitmdStub(self.channel)
 
+    @property
+    def raw_channel(self) -> grpc.Channel:
+        """The channel without tokens (health checking needs none)."""
+        return self._raw
+
     def close(self) -> None:
         self._raw.close()
 

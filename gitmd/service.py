@@ -47,6 +47,7 @@ MAX_TRACE_S = 300.0
 REPORTS_KEPT = 8  # attribution reports kept per job (gitmctl explain --window)
 REAP_AFTER_S = 60.0  # every process of a job gone this long, and no exit reported: the job is lost
 EXPIRE_UNSTARTED_S = 3600.0  # registered, never started a CUDA process
+SCHEDULER_JOB_MAX_S = 30 * 86400.0  # a scheduler-closed job whose end never came (gitmd was down)
 LOST_EXIT_CODE = -1000
 TRACE_CHUNK = 1 << 20
 MAX_TELEMETRY_LIMIT = 1_000_000
@@ -247,8 +248,17 @@ class Service:
             raise InvalidArgumentError("a job id or name is required")
         return self._view(self.jobs.get(id_or_name))
 
-    def list_jobs(self, include_exited: bool) -> list[JobView]:
-        return [self._view(j) for j in self.jobs.list(include_exited)]
+    def list_jobs(self, include_exited: bool, scheduler_job_id: str = "") -> list[JobView]:
+        return [self._view(j) for j in self.jobs.list(include_exited, scheduler_job_id)]
+
+    def close_scheduler_job(self, scheduler_job_id: str, exit_code: int) -> list[JobView]:
+        """Every open gitmd job of a scheduler's job ends with its exit code (Slurm's Epilog)."""
+        if not scheduler_job_id:
+            raise InvalidArgumentError("a scheduler job id is required")
+        return [
+            self.report_exit(j.id, exit_code)
+            for j in self.jobs.list(include_exited=False, scheduler_job_id=scheduler_job_id)
+        ]
 
     def untracked_processes(self) -> list[UntrackedProcess]:
         tracked: set[int] = set()
@@ -381,6 +391,8 @@ class Service:
         now_ns = now_ns or time.time_ns()
         ended = []
         for job in self.jobs.list(include_exited=False):
+            if job.scheduler_closes and now_ns - job.created_ns < SCHEDULER_JOB_MAX_S * 1e9:
+                continue  # its scheduler reports the end (Slurm's Epilog)
             procs = self.capture.processes(job.id) if self.capture is not None else []
             if procs:
                 if any(alive for _, alive in procs):

@@ -4,14 +4,16 @@ from gitmctl.commands import (
     audit,
     explain,
     gpus,
+    health,
     job,
     jobs,
     library,
     run,
+    slurm,
     status,
     telemetry,
     trace,
     whoami,
 )
 
-VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain, whoami, audit)
+VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain, whoami, audit, slurm, health)

@@ -4,20 +4,83 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any
 
 from gitmctl import render
-from gitmctl.client import Client, pb
+from gitmctl.client import EXIT_NOT_FOUND, EXIT_USAGE, Client, ClientError, pb
 
 NAME = "job"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(NAME, parents=[common], help="one job in detail")
-    p.add_argument("job", help="job id or name")
+    p = sub.add_parser(NAME, parents=[common], help="one job in detail, or what gitmd did to a Slurm job")
+    p.add_argument("job", nargs="?", help="job id or name")
+    p.add_argument(
+        "--slurm-job",
+        metavar="ID",
+        default="",
+        help="the gitmd jobs of this Slurm (scheduler) job id and the audit trail about it",
+    )
+
+
+def scheduler_job(args: argparse.Namespace, client: Client) -> int:
+    jobs = client.call(client.stub.ListJobs, pb.ListJobsRequest(all=True, scheduler_job_id=args.slurm_job))
+    try:
+        trail = client.call(
+            client.stub.ListAudit, pb.ListAuditRequest(scheduler_job_id=args.slurm_job, limit=1000)
+        ).entries
+        note = ""
+    except ClientError as e:  # the audit needs the reader role; a job's owner still sees the jobs
+        trail, note = [], str(e)
+    if args.json:
+        render.print_json(
+            {
+                "scheduler_job_id": args.slurm_job,
+                "jobs": [render.to_dict(j) for j in jobs.jobs],
+                "audit": [render.to_dict(e) for e in reversed(trail)],
+            }
+        )
+        return 0
+    if not jobs.jobs and not trail:
+        print(f"gitmctl: nothing known about scheduler job {args.slurm_job}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    render.table(
+        ("JOB", "NAME", "USER", "STATE", "EXIT", "GPUS", "CAPTURE", "POLICY"),
+        [
+            (
+                j.id,
+                j.name,
+                j.user,
+                j.state,
+                str(j.exit_code) if j.HasField("exit_code") else "-",
+                ",".join(map(str, j.gpus)) or "-",
+                "on" if j.capture else "off",
+                str(j.policy_id) if j.policy_id else "-",
+            )
+            for j in jobs.jobs
+        ],
+    )
+    if trail:
+        print()
+        render.table(
+            ("WHEN", "WHO", "ACTION", "TARGET", "OUTCOME", "DETAIL"),
+            [
+                (render.clock_h(e.at_unix_ns), e.actor, e.action, e.target, e.outcome, e.detail[:70])
+                for e in reversed(trail)
+            ],
+        )
+    elif note:
+        print(f"\n(audit not shown: {note})")
+    return 0
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
+    if args.slurm_job:
+        return scheduler_job(args, client)
+    if not args.job:
+        print("gitmctl job: give a job id or name, or --slurm-job ID", file=sys.stderr)
+        return EXIT_USAGE
     j = client.call(client.stub.GetJob, pb.GetJobRequest(job_id=args.job))
     if args.json:
         render.print_json(j)

@@ -9,6 +9,7 @@ place (``_abort``); refusals are audited.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -158,6 +159,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 if request.HasField("allow_exploration")
                 else True,
                 scheduler_job_id=request.scheduler_job_id,
+                scheduler_closes=request.scheduler_closes and caller.acts_for_others,
             ),
             audit.row(caller.name, caller.uid, "RegisterJob", "ok", detail={"uid": uid, "gid": gid}),
         )
@@ -180,7 +182,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def ListJobs(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        views = self.svc.list_jobs(request.all)
+        views = self.svc.list_jobs(request.all or bool(request.scheduler_job_id), request.scheduler_job_id)
         if not (caller.is_reader or caller.acts_for_others):
             views = [v for v in views if v.job.uid == caller.uid]
             return pb.ListJobsResponse(jobs=[convert.job_to_pb(v) for v in views])
@@ -188,6 +190,23 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             jobs=[convert.job_to_pb(v) for v in views],
             untracked=[convert.untracked_to_pb(u) for u in self.svc.untracked_processes()],
         )
+
+    @_rpc
+    def ReportSchedulerJob(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        sid = request.scheduler_job_id
+        if not sid or len(sid) > 256 or "\0" in sid:
+            raise InvalidArgumentError("scheduler_job_id must be 1..256 characters without NUL")
+        detail = {"uid": request.uid, "gpus": list(request.gpus), "detail": request.detail[:1024]}
+        if request.event == "start":
+            self.gate.record(caller, "SchedulerJobStart", "ok", sid, json.dumps(detail), sid)
+            return pb.SchedulerJobResponse()
+        if request.event != "end":
+            raise InvalidArgumentError('event must be "start" or "end"')
+        closed = self.svc.close_scheduler_job(sid, request.exit_code)
+        detail["closed"] = [v.job.id for v in closed]
+        detail["exit_code"] = request.exit_code
+        self.gate.record(caller, "SchedulerJobEnd", "ok", sid, json.dumps(detail), sid)
+        return pb.SchedulerJobResponse(closed=[convert.job_to_pb(v) for v in closed])
 
     @_rpc
     def GetJob(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:

@@ -33,6 +33,7 @@ class Need(enum.Enum):
     ANY = "any authenticated caller"  # own objects only; checked again per job
     READ = "the reader role"
     ADMIN = "the admin role"
+    SCHEDULER = "the scheduler role (root, a scheduler certificate, or admin)"
 
 
 # The one table: every RPC of the Gitmd service and what it needs. Per-job calls are ANY here and
@@ -47,6 +48,7 @@ RPC_NEEDS: dict[str, Need] = {
     "ListJobs": Need.ANY,  # filtered to the caller's jobs unless a reader
     "GetJob": Need.ANY,
     "WatchJobs": Need.ANY,  # one's own job; every job needs READ
+    "ReportSchedulerJob": Need.SCHEDULER,
     "GetAttribution": Need.ANY,
     "TraceJob": Need.ANY,
     "ListWorkloads": Need.READ,
@@ -175,6 +177,8 @@ class Access:
             raise PermissionDeniedError(
                 f"{rpc} needs {need.value} (root, or group {self.read_group!r}); {caller.name} has it not"
             )
+        if need is Need.SCHEDULER and not caller.acts_for_others:
+            raise PermissionDeniedError(f"{rpc} needs {need.value}; {caller.name} has it not")
         if need is Need.ADMIN and ADMIN not in caller.roles:
             raise PermissionDeniedError(
                 f"{rpc} needs {need.value} (root, or group {self.admin_group!r}); {caller.name} has it not"

@@ -27,8 +27,8 @@ from gitmd.errors import UnauthenticatedError
 VERSION = 1
 PREFIX = "v1."
 _HEAD = struct.Struct(">BIIIQ16sH")  # version, uid, gid, pid, expires_ns, nonce, n groups
-MAX_GROUPS = 1024
-MAX_TOKEN_CHARS = 8192
+MAX_GROUPS = 256  # keeps a token under 1.6 KB (gRPC refuses metadata beyond 8 KiB at random)
+MAX_TOKEN_CHARS = 4096
 METADATA_KEY = "gitm-token"
 
 

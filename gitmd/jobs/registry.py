@@ -51,6 +51,7 @@ class Job:
     contract: Contract = field(default_factory=Contract)
     allow_exploration: bool = True
     scheduler_job_id: str = ""
+    scheduler_closes: bool = False
 
     @property
     def user(self) -> str:
@@ -75,6 +76,7 @@ class Registration:
     contract: Contract = field(default_factory=Contract)
     allow_exploration: bool = True
     scheduler_job_id: str = ""
+    scheduler_closes: bool = False  # the scheduler reports the end (honoured for scheduler callers)
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:
@@ -97,6 +99,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         contract=Contract.from_json(json.loads(r["contract"])),
         allow_exploration=bool(r["allow_exploration"]),
         scheduler_job_id=r["scheduler_job_id"],
+        scheduler_closes=bool(r["scheduler_closes"]),
     )
 
 
@@ -171,6 +174,7 @@ class JobRegistry:
             contract=reg.contract,
             allow_exploration=reg.allow_exploration,
             scheduler_job_id=reg.scheduler_job_id,
+            scheduler_closes=reg.scheduler_closes,
         )
         with self.store.transaction() as db:
             # A plain prepared INSERT: sqlite-utils' insert() looks the table up in sqlite_master and
@@ -194,6 +198,7 @@ class JobRegistry:
                     "contract": json.dumps(reg.contract.to_json()),
                     "allow_exploration": int(reg.allow_exploration),
                     "scheduler_job_id": reg.scheduler_job_id,
+                    "scheduler_closes": int(reg.scheduler_closes),
                 },
             )
             if audit_row is not None:
@@ -218,10 +223,17 @@ class JobRegistry:
             raise NotFoundError(f"no job with id or name {id_or_name!r}")
         return _row_to_job(rows[0])
 
-    def list(self, include_exited: bool) -> list[Job]:
-        where = "" if include_exited else "WHERE state NOT IN ('exited', 'lost')"
+    def list(self, include_exited: bool, scheduler_job_id: str = "") -> list[Job]:
+        clauses, args = [], []
+        if not include_exited:
+            clauses.append("state NOT IN ('exited', 'lost')")
+        if scheduler_job_id:
+            clauses.append("scheduler_job_id = ?")
+            args.append(scheduler_job_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self.store.reading() as db:
-            return [_row_to_job(r) for r in db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns")]
+            rows = db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns", args)
+            return [_row_to_job(r) for r in rows]
 
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:

@@ -359,3 +359,23 @@ def test_explain_a_running_job(daemon: Daemon, short_tmp: Path) -> None:
     assert r.returncode == 2 and "--capture" in r.stderr
     r = ctl(daemon.socket, "explain", "nope", check=False)
     assert r.returncode == 4
+
+
+def test_the_container_launcher_runs_through_gitmd_or_untouched(daemon: Daemon, short_tmp: Path) -> None:
+    launcher = ROOT / "packaging" / "k8s" / "gitm-launch"
+    env = {**os.environ, "PATH": f"{Path(command('gitmctl')[0]).parent}:{os.environ['PATH']}"}
+    probe = ["--name", "pod", "--no-capture", "--", "sh", "-c", 'echo "job=${GITM_JOB_ID:-none}"; exit 7']
+    r = subprocess.run(
+        [str(launcher), *probe],
+        env={**env, "GITMD_SOCKET": str(daemon.socket)},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 7 and r.stdout.startswith("job=") and "job=none" not in r.stdout, r.stderr
+    r = subprocess.run(
+        [str(launcher), *probe],
+        env={**env, "GITMD_SOCKET": str(short_tmp / "none.sock")},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 7 and r.stdout == "job=none\n" and r.stderr == ""

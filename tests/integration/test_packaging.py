@@ -50,6 +50,10 @@ def test_contents(deb: Path) -> None:
         "/usr/lib/sysusers.d/gitmd.conf",
         "/usr/lib/tmpfiles.d/gitmd.conf",
         "/opt/gitmd/venv/pyvenv.cfg",
+        "/usr/lib/gitmd/slurm/gitmd-prolog",
+        "/usr/lib/gitmd/slurm/gitmd-epilog",
+        "/usr/lib/gitmd/slurm/gitmd-taskprolog",
+        "/usr/bin/gitm-launch",
     ):
         assert required in paths, required
     assert any(p.endswith("/gitmd/api/_generated/gitm/v1/gitmd_pb2.py") for p in paths), (
