@@ -65,6 +65,7 @@ class Daemon:
         from gitmd.auth.gate import Gate
         from gitmd.auth.peer import CredentialServer
         from gitmd.auth.tokens import TokenAuthority
+        from gitmd.experiments.interventions import Interventions
         from gitmd.metrics import MetricsServer, build_registry
         from gitmd.service import Service
 
@@ -110,6 +111,10 @@ class Daemon:
             sampler.tick()  # a first reading before we answer anyone
             scheduler.start()
             self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))
+
+            # Before anything is served: whatever a previous gitmd applied and never promoted is
+            # reverted (it may have been killed in the middle of an experiment).
+            Interventions(store, backend).recover()
 
             capture = self._capture_manager(backend)
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)

@@ -6,10 +6,13 @@ the middle of an experiment); evaluated by the experiment engine.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from gitmd.errors import InvalidArgumentError
 
@@ -67,3 +70,114 @@ def validate(checks: list[Check]) -> Contract:
             if c.compare not in ("checksum", "numeric"):
                 raise InvalidArgumentError(f"{where}: compare must be checksum or numeric")
     return Contract(tuple(checks))
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+MAX_COMPARED = 100_000  # numbers per check
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What one run (or one window of a live job) produced, for the contract to compare."""
+
+    exit_status: int | None = None  # None: still running (live experiments)
+    stdout: str = ""
+    payloads: tuple[float, ...] = ()  # scalar device-to-host samples, in order (e.g. the loss)
+    files: dict[str, bytes] = field(default_factory=dict)  # output_file path -> contents
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    failures: tuple[str, ...] = ()
+    checked: tuple[str, ...] = ()  # what was compared
+    numbers_checked: bool = False  # some check compared numbers (a numerics-changing lever needs it)
+
+
+def _numbers_of_text(data: bytes) -> np.ndarray:
+    if data[:6] == b"\x93NUMPY":
+        import io
+
+        return np.asarray(np.load(io.BytesIO(data), allow_pickle=False), dtype=np.float64).reshape(-1)
+    return np.array([float(x) for x in data.decode("utf-8", "replace").split()], dtype=np.float64)
+
+
+def _compare(name: str, a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> str | None:
+    """None when they agree; else why not. NaN or Inf in the treatment always fails."""
+    if not np.all(np.isfinite(b)):
+        return f"{name}: NaN or Inf in the treatment"
+    if not np.all(np.isfinite(a)):
+        return f"{name}: NaN or Inf in the baseline (nothing to compare against)"
+    n = min(len(a), len(b), MAX_COMPARED)
+    if n == 0:
+        return f"{name}: nothing to compare ({len(a)} vs {len(b)} values)"
+    a, b = a[:n], b[:n]
+    bad = np.abs(a - b) > atol + rtol * np.abs(a)
+    if bad.any():
+        i = int(np.argmax(bad))
+        return f"{name}: value {i} differs: {a[i]!r} vs {b[i]!r} (rtol {rtol:g}, atol {atol:g})"
+    return None
+
+
+def evaluate(contract: Contract, baseline: Outputs, treatment: Outputs) -> Verdict:
+    failures: list[str] = []
+    checked: list[str] = []
+    numbers = False
+    for c in contract.effective:
+        if c.kind == "exit_status":
+            if treatment.exit_status is None or baseline.exit_status is None:
+                continue  # a live job has no exit status yet
+            checked.append("exit status")
+            if treatment.exit_status != baseline.exit_status:
+                failures.append(f"exit status {treatment.exit_status}, baseline {baseline.exit_status}")
+        elif c.kind == "payload":
+            a = np.asarray(baseline.payloads, dtype=np.float64)
+            b = np.asarray(treatment.payloads, dtype=np.float64)
+            if not np.all(np.isfinite(b)):
+                failures.append("payload samples: NaN or Inf in the treatment")
+                continue
+            if len(a) == 0 or len(b) == 0:
+                continue  # the job copies nothing small to the host: nothing to compare
+            checked.append(f"{min(len(a), len(b))} payload samples")
+            numbers = True
+            why = _compare("payload samples", a, b, c.rtol, c.atol)
+            if why:
+                failures.append(why)
+        elif c.kind == "stdout_metric":
+            rx = re.compile(c.regex)
+            a = np.array([float(m) for m in rx.findall(baseline.stdout) if _is_number(m)], dtype=np.float64)
+            b = np.array([float(m) for m in rx.findall(treatment.stdout) if _is_number(m)], dtype=np.float64)
+            checked.append(f"stdout metric /{c.regex}/")
+            numbers = True
+            why = _compare(f"stdout metric /{c.regex}/", a, b, c.rtol, c.atol)
+            if why:
+                failures.append(why)
+        elif c.kind == "output_file":
+            if c.path not in baseline.files or c.path not in treatment.files:
+                failures.append(f"output file {c.path}: missing")
+                continue
+            checked.append(f"output file {c.path} ({c.compare})")
+            fa, fb = baseline.files[c.path], treatment.files[c.path]
+            if c.compare == "checksum":
+                if hashlib.sha256(fa).digest() != hashlib.sha256(fb).digest():
+                    failures.append(f"output file {c.path}: checksum differs")
+                numbers = True  # bit-identical output: any change of numbers would show
+            else:
+                numbers = True
+                try:
+                    why = _compare(
+                        f"output file {c.path}", _numbers_of_text(fa), _numbers_of_text(fb), c.rtol, c.atol
+                    )
+                except ValueError as e:
+                    why = f"output file {c.path}: not numbers ({e})"
+                if why:
+                    failures.append(why)
+    return Verdict(not failures, tuple(failures), tuple(checked), numbers)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -53,8 +53,11 @@ def make_job_dir(parent: Path, job_id: str, uid: int, gid: int) -> tuple[Path | 
     """<runtime>/jobs/<id>, mode 0700, owned by the job's user; None with the reason on failure."""
     path = parent / job_id
     try:
-        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except FileNotFoundError:  # the first job: make <runtime>/jobs
+            parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            os.mkdir(path, 0o700)
     except OSError as e:
         return None, f"cannot create the job's runtime directory {path}: {e.strerror}; the job runs untraced"
     if os.geteuid() == 0:

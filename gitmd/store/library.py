@@ -151,13 +151,16 @@ class Library:
         if not key:
             return None
         with self.store.reading() as db:
-            rows = list(
-                db.query(
-                    "SELECT w.* FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ?",
-                    [key],
-                )
+            # conn.execute, not db.query: this runs on every registration, and sqlite-utils wraps
+            # each query in a savepoint.
+            cur = db.conn.execute(
+                "SELECT w.* FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ?",
+                [key],
             )
-            return self._workload(db, rows[0]) if rows else None
+            row = cur.fetchone()
+            if row is None:
+                return None
+            return self._workload(db, dict(zip([c[0] for c in cur.description], row, strict=True)))
 
     # -- learning ------------------------------------------------------------------------------
     def observe(self, sig: Signature, launch_key: str, name: str, new_run: bool) -> str:

@@ -205,6 +205,22 @@ class TelemetryBackend(abc.ABC):
         vendor library offers none. Must not raise."""
         return []
 
+    # -- device controls (device levers; off unless access.allow_device_levers) ----------------
+    # Only the simulated backend implements them: the project never changes a real card's power
+    # limit or clocks in its tests or benchmarks, and no NVML setter ships untested.
+    def power_limit_mw(self, index: int) -> int:
+        raise BackendUnavailableError(f"the {self.name} backend does not control power limits")
+
+    def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
+        raise BackendUnavailableError(f"the {self.name} backend does not control power limits")
+
+    def locked_sm_clock_mhz(self, index: int) -> int | None:
+        raise BackendUnavailableError(f"the {self.name} backend does not control clocks")
+
+    def lock_sm_clock_mhz(self, index: int, mhz: int | None) -> None:
+        """Lock the SM clock at ``mhz``; None unlocks it."""
+        raise BackendUnavailableError(f"the {self.name} backend does not control clocks")
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 

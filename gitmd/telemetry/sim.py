@@ -38,6 +38,8 @@ class SimBackend(TelemetryBackend):
         self._monotonic_s = monotonic_s
         self._clock_ns = clock_ns
         self._t0 = 0.0
+        self._power_limit_mw: dict[int, int] = {}
+        self._sm_lock_mhz: dict[int, int] = {}
 
     def open(self) -> None:
         self._t0 = self._monotonic_s()
@@ -63,6 +65,33 @@ class SimBackend(TelemetryBackend):
             )
             for i in range(self._cfg.gpus)
         ]
+
+    def _gpu(self, index: int) -> None:
+        if not 0 <= index < self._cfg.gpus:
+            raise IndexError(index)
+
+    def power_limit_mw(self, index: int) -> int:
+        self._gpu(index)
+        return self._power_limit_mw.get(index, int(POWER_LIMIT_MW))
+
+    def set_power_limit_mw(self, index: int, milliwatts: int) -> None:
+        self._gpu(index)
+        if not 100_000 <= milliwatts <= POWER_LIMIT_MW:
+            raise ValueError(f"power limit {milliwatts} mW is outside 100000..{POWER_LIMIT_MW:.0f}")
+        self._power_limit_mw[index] = int(milliwatts)
+
+    def locked_sm_clock_mhz(self, index: int) -> int | None:
+        self._gpu(index)
+        return self._sm_lock_mhz.get(index)
+
+    def lock_sm_clock_mhz(self, index: int, mhz: int | None) -> None:
+        self._gpu(index)
+        if mhz is None:
+            self._sm_lock_mhz.pop(index, None)
+        elif not 210 <= mhz <= SM_MAX_MHZ:
+            raise ValueError(f"SM clock {mhz} MHz is outside 210..{SM_MAX_MHZ:.0f}")
+        else:
+            self._sm_lock_mhz[index] = int(mhz)
 
     def elapsed_s(self) -> float:
         return self._monotonic_s() - self._t0
@@ -101,12 +130,19 @@ class SimBackend(TelemetryBackend):
         wobble = 0.5 + 0.5 * math.sin(t / 7.0 + phase)
         util = (85.0 + 14.0 * wobble) if busy else 0.0
         sm_clock = SM_MAX_MHZ if busy else 345.0
+        if busy and index in self._sm_lock_mhz:
+            sm_clock = float(self._sm_lock_mhz[index])
+        limit = self._power_limit_mw.get(index, POWER_LIMIT_MW)
         reasons: tuple[str, ...] = () if busy else ("gpu_idle",)
         power = (450_000.0 + 200_000.0 * wobble) if busy else 75_000.0 + 5_000.0 * wobble
         if episode is not None:
             sm_clock = SM_MAX_MHZ * episode.sm_clock_factor
             reasons = (episode.reason,)
-            power = POWER_LIMIT_MW if episode.reason == "sw_power_cap" else power
+            power = limit if episode.reason == "sw_power_cap" else power
+        if power > limit:  # a lowered limit caps the draw, and the clock with it
+            sm_clock *= limit / power
+            power = limit
+            reasons = (*reasons, "sw_power_cap") if "sw_power_cap" not in reasons else reasons
         used = sum(p.used_memory_bytes or 0 for p in procs) + 600 * 2**20
         return GpuSample(
             gpu_index=index,
@@ -119,7 +155,7 @@ class SimBackend(TelemetryBackend):
             sm_clock_max_mhz=SM_MAX_MHZ,
             mem_clock_max_mhz=MEM_MAX_MHZ,
             power_mw=round(power, 1),
-            power_limit_mw=POWER_LIMIT_MW,
+            power_limit_mw=limit,
             temperature_c=round(32.0 + (30.0 if busy else 0.0) + 5.0 * wobble, 1),
             memory_used_bytes=used,
             memory_total_bytes=self._cfg.memory_total_bytes,

@@ -1,0 +1,102 @@
+"""The decision: promote a change only when it is measurably faster and the outputs held.
+
+The metric is a time per step (lower is better). Baseline and treatment samples come interleaved
+(ABAB…): consecutive A/B pairs see the same machine state, so the speedup is estimated from the
+per-pair log ratios, which cancels slow drift — identical runs on the H200 differ by up to ±30%
+between processes, far more than within a pair. The interval is a percentile bootstrap (numpy) over
+pairs; unpaired samples fall back to a bootstrap of the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gitmd.experiments.equivalence import Verdict
+from gitmd.levers.base import Risk
+
+MIN_GAIN = 0.03
+MIN_PAIRS = 3
+CONFIDENCE = 0.95
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class Interval:
+    speedup: float  # baseline time / treatment time: 1.10 is 10% faster
+    low: float
+    high: float
+    pairs: int
+    paired: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str
+    interval: Interval | None
+
+
+def _clean(xs: Sequence[float]) -> np.ndarray:
+    a = np.asarray(xs, dtype=np.float64)
+    if a.ndim != 1 or not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError("step times must be finite and positive")
+    return a
+
+
+def speedup_interval(
+    baseline: Sequence[float],
+    treatment: Sequence[float],
+    paired: bool = True,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    a, b = _clean(baseline), _clean(treatment)
+    rng = np.random.default_rng(seed)
+    alpha = (1 - confidence) / 2
+    if paired and len(a) == len(b):
+        r = np.log(a / b)  # > 0: the treatment was faster in that pair
+        idx = rng.integers(0, len(r), size=(resamples, len(r)))
+        boots = r[idx].mean(axis=1)
+        lo, hi = np.quantile(boots, [alpha, 1 - alpha])
+        return Interval(math.exp(r.mean()), math.exp(lo), math.exp(hi), len(r), True)
+    ia = rng.integers(0, len(a), size=(resamples, len(a)))
+    ib = rng.integers(0, len(b), size=(resamples, len(b)))
+    boots = np.median(a[ia], axis=1) / np.median(b[ib], axis=1)
+    lo, hi = np.quantile(boots, [alpha, 1 - alpha])
+    return Interval(float(np.median(a) / np.median(b)), float(lo), float(hi), min(len(a), len(b)), False)
+
+
+def decide(
+    baseline: Sequence[float],
+    treatment: Sequence[float],
+    verdict: Verdict,
+    risk: Risk,
+    min_gain: float = MIN_GAIN,
+    paired: bool = True,
+) -> Decision:
+    """Promote only when the interval's lower bound clears 1 + min_gain and the contract held."""
+    if not verdict.ok:
+        return Decision(False, "outputs changed: " + "; ".join(verdict.failures), None)
+    if risk is Risk.NUMERICS and not verdict.numbers_checked:
+        return Decision(
+            False, "a numerics-changing lever needs a contract that compares numbers (none did)", None
+        )
+    if min(len(baseline), len(treatment)) < MIN_PAIRS:
+        return Decision(False, f"fewer than {MIN_PAIRS} samples of each arm", None)
+    iv = speedup_interval(baseline, treatment, paired)
+    if iv.low >= 1 + min_gain:
+        return Decision(
+            True,
+            f"{iv.speedup:.3f}x faster, 95% interval {iv.low:.3f}-{iv.high:.3f} clears {1 + min_gain:.2f}",
+            iv,
+        )
+    return Decision(
+        False,
+        f"{iv.speedup:.3f}x, 95% interval {iv.low:.3f}-{iv.high:.3f}: lower bound below {1 + min_gain:.2f}",
+        iv,
+    )

@@ -1,0 +1,171 @@
+"""Live host levers: CPU placement and scheduling priority of every thread of the job's processes.
+
+Capture and revert are per thread (a job may have placed its own threads); threads that appear
+after ``apply`` inherit the applied setting from their creator and are set back to their process's
+captured main-thread setting by ``revert``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gitmd.levers.base import Kind, Lever, LeverError, Target
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+
+
+def _each_thread(pids: Iterable[int]) -> list[tuple[int, int]]:
+    return [(pid, tid) for pid in pids for tid in threads(pid)]
+
+
+def parse_cpus(text: str) -> set[int]:
+    """ "0-3,8,10-11" -> {0,1,2,3,8,10,11}"""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"not a CPU list: {text!r}")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def gpu_local_cpus(pci_bus_id: str) -> set[int]:
+    """The CPUs of the GPU's NUMA node, from sysfs (empty when unknown)."""
+    bus = pci_bus_id.lower()
+    if bus.count(":") == 2 and len(bus.split(":")[0]) == 8:
+        bus = bus[4:]  # NVML's 00000000:19:00.0 -> 0000:19:00.0
+    try:
+        return parse_cpus(open(f"/sys/bus/pci/devices/{bus}/local_cpulist").read())
+    except (OSError, ValueError):
+        return set()
+
+
+class CpuAffinity(Lever):
+    """Pin the job's threads to ``cpus`` (near its GPU, away from contended cores)."""
+
+    name = "cpu_affinity"
+    kind = Kind.LIVE_HOST
+    causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
+
+    @property
+    def cpus(self) -> set[int]:
+        cpus = set(self.setting.get("cpus", ()))
+        if not cpus:
+            raise LeverError("cpu_affinity needs a non-empty set of CPUs")
+        return cpus
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        saved: dict[str, Any] = {"threads": {}, "main": {}}
+        for pid, tid in _each_thread(target.pids):
+            try:
+                saved["threads"][str(tid)] = sorted(os.sched_getaffinity(tid))
+            except OSError:
+                continue  # ended meanwhile
+            if tid == pid:
+                saved["main"][str(pid)] = saved["threads"][str(tid)]
+        if not saved["threads"]:
+            raise LeverError(f"no live thread in {list(target.pids)}")
+        return saved
+
+    def apply(self, target: Target) -> None:
+        cpus = self.cpus
+        for _, tid in _each_thread(target.pids):
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                raise LeverError(f"cannot place thread {tid} on CPUs {sorted(cpus)}: {e.strerror}") from None
+
+    def verify(self, target: Target) -> None:
+        cpus = self.cpus
+        for _, tid in _each_thread(target.pids):
+            try:
+                got = os.sched_getaffinity(tid)
+            except OSError:
+                continue
+            if got != cpus:
+                raise LeverError(f"thread {tid} runs on {sorted(got)}, not {sorted(cpus)}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        before = saved.get("threads", {})
+        main = saved.get("main", {})
+        for pid, tid in _each_thread(target.pids):
+            cpus = before.get(str(tid)) or main.get(str(pid))
+            if not cpus:
+                continue
+            try:
+                os.sched_setaffinity(tid, set(cpus))
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                raise LeverError(f"cannot restore thread {tid}'s CPUs: {e.strerror}") from None
+
+
+class SchedPriority(Lever):
+    """Nice value of the job's threads (negative: ahead of other work on its cores; needs root)."""
+
+    name = "sched_priority"
+    kind = Kind.LIVE_HOST
+    causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
+
+    @property
+    def nice(self) -> int:
+        n = int(self.setting.get("nice", -5))
+        if not -20 <= n <= 19:
+            raise LeverError("nice must be -20..19")
+        return n
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        saved: dict[str, Any] = {"threads": {}, "main": {}}
+        for pid, tid in _each_thread(target.pids):
+            try:
+                saved["threads"][str(tid)] = os.getpriority(os.PRIO_PROCESS, tid)
+            except OSError:
+                continue
+            if tid == pid:
+                saved["main"][str(pid)] = saved["threads"][str(tid)]
+        if not saved["threads"]:
+            raise LeverError(f"no live thread in {list(target.pids)}")
+        return saved
+
+    def apply(self, target: Target) -> None:
+        for _, tid in _each_thread(target.pids):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, self.nice)
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                raise LeverError(f"cannot set thread {tid} to nice {self.nice}: {e.strerror}") from None
+
+    def verify(self, target: Target) -> None:
+        for _, tid in _each_thread(target.pids):
+            try:
+                got = os.getpriority(os.PRIO_PROCESS, tid)
+            except OSError:
+                continue
+            if got != self.nice:
+                raise LeverError(f"thread {tid} has nice {got}, not {self.nice}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        before, main = saved.get("threads", {}), saved.get("main", {})
+        for pid, tid in _each_thread(target.pids):
+            n = before.get(str(tid), main.get(str(pid)))
+            if n is None:
+                continue
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, int(n))
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                raise LeverError(f"cannot restore thread {tid}'s nice {n}: {e.strerror}") from None

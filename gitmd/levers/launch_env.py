@@ -1,0 +1,137 @@
+"""Launch levers: environment variables of the job's next launch.
+
+``apply`` adds to the launch plan's environment; ``verify`` reads the launched process's
+environment back from /proc (when it runs); ``revert`` restores the plan to what ``capture`` saw.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from gitmd.levers.base import Kind, Lever, LeverError, Risk, Target
+
+
+def process_env(pid: int) -> dict[str, str]:
+    try:
+        raw = open(f"/proc/{pid}/environ", "rb").read()  # noqa: SIM115 - small, read at once
+    except OSError as e:
+        raise LeverError(f"cannot read the environment of pid {pid}: {e.strerror}") from None
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[os.fsdecode(k)] = os.fsdecode(v)
+    return out
+
+
+class EnvLever(Lever):
+    """Set environment variables for the next launch."""
+
+    kind = Kind.LAUNCH
+    variables: ClassVar[tuple[str, ...]] = ()
+
+    def values(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def resources(self) -> frozenset[str]:
+        return frozenset(f"env:{v}" for v in self.variables)
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"env": {v: target.env.get(v) for v in self.variables}}
+
+    def apply(self, target: Target) -> None:
+        target.env.update(self.values())
+
+    def verify(self, target: Target) -> None:
+        want = self.values()
+        for k, v in want.items():
+            if target.env.get(k) != v:
+                raise LeverError(f"{self.name}: the launch plan lacks {k}={v}")
+        for pid in target.pids:  # launched already: its environment must hold the values
+            env = process_env(pid)
+            wrong = {k: env.get(k) for k, v in want.items() if env.get(k) != v}
+            if wrong:
+                raise LeverError(f"{self.name}: pid {pid} runs with {wrong}, not {want}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        for k, v in saved.get("env", {}).items():
+            if v is None:
+                target.env.pop(k, None)
+            else:
+                target.env[k] = v
+
+
+class Tf32Override(EnvLever):
+    """cuBLAS fp32 GEMMs on TF32 tensor cores, whatever the framework asked (PyTorch)."""
+
+    name = "tf32_override"
+    risk = Risk.NUMERICS
+    causes = frozenset({"fp32_gemm"})
+    variables = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",)
+
+    def values(self) -> dict[str, str]:
+        return {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+
+
+class _AllocConf(EnvLever):
+    """One PYTORCH_CUDA_ALLOC_CONF option (the variable holds one option per lever: they conflict)."""
+
+    causes = frozenset({"allocator"})
+    risk = Risk.MEMORY
+    variables = ("PYTORCH_CUDA_ALLOC_CONF",)
+    option: ClassVar[str]
+
+    def values(self) -> dict[str, str]:
+        return {"PYTORCH_CUDA_ALLOC_CONF": f"{self.option}:{self.setting.get('value', self.default())}"}
+
+    def default(self) -> str:
+        raise NotImplementedError
+
+
+class AllocExpandableSegments(_AllocConf):
+    name = "alloc_expandable_segments"
+    option = "expandable_segments"
+
+    def default(self) -> str:
+        return "True"
+
+
+class AllocGcThreshold(_AllocConf):
+    name = "alloc_gc_threshold"
+    option = "garbage_collection_threshold"
+
+    def default(self) -> str:
+        return "0.8"
+
+
+class AllocMaxSplitSize(_AllocConf):
+    name = "alloc_max_split_size"
+    option = "max_split_size_mb"
+
+    def default(self) -> str:
+        return "256"
+
+
+class CudaDeviceMaxConnections(EnvLever):
+    """Hardware work queues per device (default 8): more lets independent streams overlap."""
+
+    name = "cuda_device_max_connections"
+    causes = frozenset({"launch_bound"})
+    variables = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+    def values(self) -> dict[str, str]:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": str(int(self.setting.get("value", 32)))}
+
+
+class CpuThreads(EnvLever):
+    """OpenMP/MKL thread counts (oversubscribed host threads steal the launch thread's core)."""
+
+    name = "cpu_threads"
+    causes = frozenset({"host_contention", "launch_bound"})
+    variables = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+    def values(self) -> dict[str, str]:
+        n = str(int(self.setting.get("value", 4)))
+        return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}

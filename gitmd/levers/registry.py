@@ -1,0 +1,58 @@
+"""The catalog: every lever gitmd may try, by name, in one explicit table.
+
+Names are those of ``gitmd.analysis.causes.LEVERS``; a test checks that every lever a cause selects
+is here or listed in ``NOT_YET`` (levers that need the shim's knob implementations: stream
+priority, pinning a hot host buffer, the memory pool's release threshold; and the framework knobs
+through an injected sitecustomize).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gitmd.levers.base import Kind, Lever
+from gitmd.levers.device import PowerLimit, SmClockLock
+from gitmd.levers.host import CpuAffinity, SchedPriority
+from gitmd.levers.launch_env import (
+    AllocExpandableSegments,
+    AllocGcThreshold,
+    AllocMaxSplitSize,
+    CpuThreads,
+    CudaDeviceMaxConnections,
+    Tf32Override,
+)
+
+CATALOG: dict[str, type[Lever]] = {
+    cls.name: cls
+    for cls in (
+        Tf32Override,
+        AllocExpandableSegments,
+        AllocGcThreshold,
+        AllocMaxSplitSize,
+        CudaDeviceMaxConnections,
+        CpuThreads,
+        CpuAffinity,
+        SchedPriority,
+        PowerLimit,
+        SmClockLock,
+    )
+}
+NOT_YET = frozenset({"pin_host_buffer", "mempool_release", "stream_priority", "dataloader_pin_memory"})
+
+
+def make(name: str, **setting: Any) -> Lever:
+    try:
+        return CATALOG[name](**setting)
+    except KeyError:
+        raise KeyError(f"no lever named {name!r} (known: {', '.join(sorted(CATALOG))})") from None
+
+
+def for_causes(causes: list[str], allow_device: bool = False) -> list[type[Lever]]:
+    """The catalog's levers that address any of ``causes`` (device levers only when allowed)."""
+    out = []
+    for cls in CATALOG.values():
+        if cls.kind is Kind.DEVICE and not allow_device:
+            continue
+        if cls.causes & set(causes):
+            out.append(cls)
+    return out

@@ -1,0 +1,58 @@
+"""The decision rule under the H200's noise: identical runs differ by up to ±30% between processes,
+much less within an interleaved pair. Simulated step times with those properties (a per-pair
+machine state shared by A and B, plus a few % of noise within the pair)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gitmd.experiments.decide import decide, speedup_interval
+from gitmd.experiments.equivalence import Verdict
+from gitmd.levers.base import Risk
+
+OK = Verdict(True, (), ("stdout metric",), True)
+
+
+def interleaved(true_speedup: float, pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    state = rng.uniform(0.7, 1.3, pairs)  # what each pair's processes got from the machine
+    a = 100.0 * state * rng.normal(1, 0.02, pairs)
+    b = 100.0 * state / true_speedup * rng.normal(1, 0.02, pairs)
+    return a, b
+
+
+def test_no_change_is_never_promoted_under_heavy_noise() -> None:
+    promoted = sum(decide(*interleaved(1.0, 6, s), OK, Risk.SAFE).promote for s in range(300))
+    assert promoted <= 3  # ~1% false promotions at most (the 95% interval is one-sided here: 2.5%)
+
+
+def test_a_real_gain_is_promoted_and_a_slowdown_never() -> None:
+    wins = sum(decide(*interleaved(1.15, 6, s), OK, Risk.SAFE).promote for s in range(200))
+    assert wins >= 190
+    assert not any(decide(*interleaved(0.8, 6, s), OK, Risk.SAFE).promote for s in range(200))
+
+
+def test_unpaired_noise_is_why_pairs_matter() -> None:
+    """The same 15% gain, compared without the pairing, is mostly lost in the ±30% noise."""
+    wins = sum(decide(*interleaved(1.15, 6, s), OK, Risk.SAFE, paired=False).promote for s in range(200))
+    assert wins < 100
+
+
+def test_outputs_and_contracts_come_first() -> None:
+    a, b = interleaved(2.0, 6, 0)
+    changed = Verdict(False, ("stdout metric: value 3 differs",), (), True)
+    d = decide(a, b, changed, Risk.SAFE)
+    assert not d.promote and "outputs changed" in d.reason
+    exit_only = Verdict(True, (), ("exit status",), False)
+    d = decide(a, b, exit_only, Risk.NUMERICS)
+    assert not d.promote and "compares numbers" in d.reason
+    assert decide(a, b, exit_only, Risk.SAFE).promote
+    assert not decide(a[:2], b[:2], OK, Risk.SAFE).promote
+
+
+def test_interval_and_bad_input() -> None:
+    iv = speedup_interval([10, 10, 10, 10], [5, 5, 5, 5])
+    assert iv.speedup == pytest.approx(2.0) and iv.low == pytest.approx(2.0) and iv.paired
+    with pytest.raises(ValueError):
+        speedup_interval([1, float("nan"), 1], [1, 1, 1])

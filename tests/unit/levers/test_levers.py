@@ -1,0 +1,137 @@
+"""Levers against real processes (affinity, priority, environment) and the simulated GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gitmd.analysis.causes import LEVERS
+from gitmd.config import SimConfig
+from gitmd.levers import registry
+from gitmd.levers.base import Kind, LeverError, Risk, Target
+from gitmd.levers.host import CpuAffinity, SchedPriority, parse_cpus, threads
+from gitmd.levers.launch_env import AllocExpandableSegments, AllocGcThreshold, Tf32Override
+from gitmd.telemetry.sim import SimBackend
+
+THREADED = """
+import threading, time, sys
+evt = threading.Event()
+for _ in range(3):
+    threading.Thread(target=evt.wait, daemon=True).start()
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def job() -> Iterator[subprocess.Popen[str]]:
+    p = subprocess.Popen([sys.executable, "-c", THREADED, "60"], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_every_lever_a_cause_selects_is_in_the_catalog_or_named_as_missing() -> None:
+    named = {lever for levers in LEVERS.values() for lever in levers}
+    assert named <= set(registry.CATALOG) | registry.NOT_YET
+    for name, cls in registry.CATALOG.items():
+        assert cls.name == name and isinstance(cls.kind, Kind) and isinstance(cls.risk, Risk)
+
+
+def test_cpu_affinity_on_every_thread_and_back(job: subprocess.Popen[str]) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    target = Target(pids=(job.pid,))
+    tids = threads(job.pid)
+    assert len(tids) == 4
+    os.sched_setaffinity(tids[1], {cpus[1]})  # the job placed one thread itself
+    before = {t: os.sched_getaffinity(t) for t in tids}
+    lever = CpuAffinity(cpus=[cpus[0]])
+    saved = lever.capture(target)
+    lever.apply(target)
+    lever.verify(target)
+    assert all(os.sched_getaffinity(t) == {cpus[0]} for t in tids)
+    lever.revert(target, saved)
+    assert {t: os.sched_getaffinity(t) for t in tids} == before  # captured state, not a default
+    with pytest.raises(LeverError):
+        lever.verify(target)
+
+
+def test_priority_and_back(job: subprocess.Popen[str]) -> None:
+    target = Target(pids=(job.pid,))
+    before = {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads(job.pid)}
+    lever = SchedPriority(nice=5 if os.geteuid() != 0 else -3)
+    saved = lever.capture(target)
+    lever.apply(target)
+    lever.verify(target)
+    lever.revert(target, saved)
+    assert {t: os.getpriority(os.PRIO_PROCESS, t) for t in threads(job.pid)} == before
+
+
+def test_a_process_gone_is_no_target() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    with pytest.raises(LeverError, match="no live thread"):
+        CpuAffinity(cpus=[0]).capture(Target(pids=(p.pid,)))
+
+
+def test_launch_levers_change_the_plan_and_are_seen_in_the_process() -> None:
+    target = Target(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
+    lever = AllocExpandableSegments()
+    saved = lever.capture(target)
+    lever.apply(target)
+    assert target.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert lever.conflicts_with(AllocGcThreshold()) and not lever.conflicts_with(Tf32Override())
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, **target.env}
+    )
+    try:
+        time.sleep(0.2)
+        lever.verify(Target(pids=(p.pid,), env=target.env))
+        with pytest.raises(LeverError, match="runs with"):
+            Tf32Override().verify(Target(pids=(p.pid,), env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}))
+    finally:
+        p.kill()
+        p.wait()
+    lever.revert(target, saved)
+    assert target.env == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    assert Tf32Override.risk is Risk.NUMERICS and Tf32Override().applies_to(["fp32_gemm"])
+
+
+def test_device_levers_on_the_simulated_backend() -> None:
+    b = SimBackend(SimConfig(gpus=2))
+    b.open()
+    target = Target(gpus=(1,), backend=b)
+    lever = registry.make("power_limit", watts=500)
+    saved = lever.capture(target)
+    lever.apply(target)
+    lever.verify(target)
+    assert b.power_limit_mw(1) == 500_000 and b.power_limit_mw(0) == 700_000
+    lever.revert(target, saved)
+    assert b.power_limit_mw(1) == 700_000
+    clocks = registry.make("clocks", mhz=1500)
+    saved = clocks.capture(target)
+    clocks.apply(target)
+    assert b.locked_sm_clock_mhz(1) == 1500
+    clocks.revert(target, saved)
+    assert b.locked_sm_clock_mhz(1) is None
+    with pytest.raises(LeverError):
+        registry.make("power_limit", watts=5).apply(target)  # outside the card's range
+    assert registry.for_causes(["throttling"]) == []  # device levers only when allowed
+    assert {c.name for c in registry.for_causes(["throttling"], allow_device=True)} == {
+        "power_limit",
+        "clocks",
+    }
+
+
+def test_cpu_lists() -> None:
+    assert parse_cpus("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    with pytest.raises(ValueError):
+        parse_cpus("a-b")
