@@ -1,0 +1,234 @@
+"""Live experiments: one live lever on one running job, decided by interleaved windows.
+
+Rounds alternate their order (AB, BA, AB, …) so slow drift hits both arms alike; each round is a
+pair for the decision (``decide``). The treatment is applied before its window (then given
+``settle_s``) and reverted right after it, so the job spends as little time as possible under an
+unproven change; every apply and revert goes through ``Interventions`` (recorded before it takes
+effect, in the audit). Promotion applies the lever once more and marks it promoted; anything else
+— a slower or unproven result, changed outputs, the job ending, gitmd stopping — leaves the job as
+it was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitmd.experiments.decide import MIN_GAIN, Decision, decide
+from gitmd.experiments.equivalence import Verdict
+from gitmd.experiments.interventions import Interventions
+from gitmd.levers.base import Lever, LeverError, Target
+from gitmd.store.db import Store
+
+log = logging.getLogger(__name__)
+
+STATES = ("planned", "baseline", "treatment", "decided", "promoted", "reverted", "abandoned", "failed")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    window_id: int
+    step_ms: float | None  # the job's median step time in the window (None: no step found)
+    payloads: tuple[float, ...] = ()
+
+
+@dataclass
+class Experiment:
+    id: int
+    job_id: str
+    lever: str
+    setting: dict[str, Any]
+    cause: str
+    state: str
+    arms: list[dict[str, Any]] = field(default_factory=list)
+    decision: dict[str, Any] = field(default_factory=dict)
+    created_ns: int = 0
+    updated_ns: int = 0
+
+
+class ExperimentStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, job_id: str, lever: Lever, cause: str) -> Experiment:
+        now = time.time_ns()
+        with self.store.transaction() as db:
+            cur = db.conn.execute(
+                "INSERT INTO experiments (job_id, lever, setting, cause, state, created_ns, updated_ns) "
+                "VALUES (?, ?, ?, ?, 'planned', ?, ?)",
+                (job_id, lever.name, json.dumps(lever.setting), cause, now, now),
+            )
+        return self.get(int(cur.lastrowid or 0))
+
+    def update(self, e: Experiment) -> None:
+        e.updated_ns = time.time_ns()
+        with self.store.transaction() as db:
+            db.conn.execute(
+                "UPDATE experiments SET state = ?, arms = ?, decision = ?, updated_ns = ? WHERE id = ?",
+                (e.state, json.dumps(e.arms), json.dumps(e.decision), e.updated_ns, e.id),
+            )
+
+    def get(self, eid: int) -> Experiment:
+        with self.store.reading() as db:
+            rows = list(db.query("SELECT * FROM experiments WHERE id = ?", [eid]))
+        if not rows:
+            raise KeyError(eid)
+        return _exp(rows[0])
+
+    def of_job(self, job_id: str) -> list[Experiment]:
+        with self.store.reading() as db:
+            return [
+                _exp(r) for r in db.query("SELECT * FROM experiments WHERE job_id = ? ORDER BY id", [job_id])
+            ]
+
+    def abandon_unfinished(self, reason: str) -> int:
+        """At start: experiments a previous gitmd left running end as abandoned."""
+        with self.store.transaction() as db:
+            cur = db.conn.execute(
+                "UPDATE experiments SET state = 'abandoned', decision = ?, updated_ns = ? "
+                "WHERE state IN ('planned', 'baseline', 'treatment', 'decided')",
+                (json.dumps({"promote": False, "reason": reason}), time.time_ns()),
+            )
+        return int(cur.rowcount or 0)
+
+
+def _exp(r: dict[str, Any]) -> Experiment:
+    return Experiment(
+        id=r["id"],
+        job_id=r["job_id"],
+        lever=r["lever"],
+        setting=json.loads(r["setting"]),
+        cause=r["cause"],
+        state=r["state"],
+        arms=json.loads(r["arms"]),
+        decision=json.loads(r["decision"]),
+        created_ns=r["created_ns"],
+        updated_ns=r["updated_ns"],
+    )
+
+
+class LiveExperiment:
+    def __init__(
+        self,
+        experiments: ExperimentStore,
+        interventions: Interventions,
+        job_id: str,
+        lever: Lever,
+        cause: str,
+        target: Callable[[], Target],
+        measure: Callable[[], Measurement | None],
+        rounds: int = 4,
+        settle_s: float = 0.5,
+        min_gain: float = MIN_GAIN,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.experiments = experiments
+        self.interventions = interventions
+        self.job_id = job_id
+        self.lever = lever
+        self.cause = cause
+        self.target = target
+        self.measure = measure
+        self.rounds = rounds
+        self.settle_s = settle_s
+        self.min_gain = min_gain
+        self.cancel = cancel or threading.Event()
+        self.exp = experiments.create(job_id, lever, cause)
+
+    def _window(self, arm: str) -> Measurement | None:
+        self.exp.state = "baseline" if arm == "A" else "treatment"
+        self.experiments.update(self.exp)
+        iv = None
+        if arm == "B":
+            iv = self.interventions.apply(self.job_id, self.lever, self.target(), experiment_id=self.exp.id)
+            if self.cancel.wait(self.settle_s):
+                self.interventions.revert(iv.id, "experiment abandoned")
+                return None
+        try:
+            m = self.measure()
+        finally:
+            if iv is not None:
+                self.interventions.revert(iv.id, "between treatment windows")
+        if m is not None:
+            self.exp.arms.append(
+                {"arm": arm, "window_id": m.window_id, "step_ms": m.step_ms, "at_ns": time.time_ns()}
+            )
+        return m
+
+    def run(self) -> Decision:
+        try:
+            return self._run()
+        except LeverError as e:
+            self.interventions.revert_all(f"experiment {self.exp.id} failed: {e}", self.job_id)
+            self._end("failed", Decision(False, f"lever failed: {e}", None))
+            raise
+        except Exception as e:
+            self.interventions.revert_all(f"experiment {self.exp.id} failed: {e}", self.job_id)
+            self._end("failed", Decision(False, f"{type(e).__name__}: {e}", None))
+            raise
+
+    def _run(self) -> Decision:
+        a: list[float] = []
+        b: list[float] = []
+        nonfinite = False
+        for r in range(self.rounds):
+            pair: dict[str, float] = {}
+            for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                if self.cancel.is_set():
+                    return self._end(
+                        "abandoned", Decision(False, "abandoned (job ended or gitmd stopping)", None)
+                    )
+                m = self._window(arm)
+                if m is None:
+                    return self._end(
+                        "abandoned", Decision(False, "abandoned (job ended or gitmd stopping)", None)
+                    )
+                if m.step_ms is not None and m.step_ms > 0:
+                    pair[arm] = m.step_ms
+                if arm == "B" and any(not math.isfinite(x) for x in m.payloads):
+                    nonfinite = True
+            if len(pair) == 2:  # a window without a step found spoils only its pair
+                a.append(pair["A"])
+                b.append(pair["B"])
+        failures = ("NaN or Inf in payload samples under the treatment",) if nonfinite else ()
+        verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
+        d = decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)
+        self.exp.state = "decided"
+        self.exp.decision = _decision_json(d)
+        self.experiments.update(self.exp)
+        if not d.promote:
+            return self._end("reverted", d)
+        if self.cancel.is_set():
+            return self._end("abandoned", Decision(False, "abandoned before promotion", d.interval))
+        iv = self.interventions.apply(self.job_id, self.lever, self.target(), experiment_id=self.exp.id)
+        self.interventions.promote(iv.id, d.reason)
+        return self._end("promoted", d)
+
+    def _end(self, state: str, d: Decision) -> Decision:
+        self.exp.state = state
+        self.exp.decision = _decision_json(d)
+        self.experiments.update(self.exp)
+        log.info(
+            "experiment %d (%s on job %s): %s — %s",
+            self.exp.id,
+            self.lever.describe(),
+            self.job_id,
+            state,
+            d.reason,
+        )
+        return d
+
+
+def _decision_json(d: Decision) -> dict[str, Any]:
+    out: dict[str, Any] = {"promote": d.promote, "reason": d.reason}
+    if d.interval is not None:
+        out.update(
+            speedup=d.interval.speedup, low=d.interval.low, high=d.interval.high, pairs=d.interval.pairs
+        )
+    return out
