@@ -71,6 +71,15 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class ExperimentsConfig:
+    enabled: bool = True  # live experiments on jobs whose registration allows exploration
+    min_gain: float = 0.03  # promote only when the interval's lower bound clears 1 + min_gain
+    rounds: int = 4  # AB/BA pairs per experiment
+    settle_s: float = 0.5  # after applying, before the treatment window
+    live_levers: tuple[str, ...] = ("cpu_affinity", "sched_priority")
+
+
+@dataclass(frozen=True)
 class AccessConfig:
     read_group: str = "gitm"  # read-only calls: root and this group
     admin_group: str = "gitm-admin"  # library-wide actions: root and this group
@@ -129,6 +138,7 @@ class Config:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     sim: SimConfig = field(default_factory=SimConfig)
@@ -137,7 +147,7 @@ class Config:
     def summary(self) -> dict[str, str]:
         """Flattened "section.key" -> value, for GetStatus and logs."""
         out: dict[str, str] = {}
-        for section in ("daemon", "telemetry", "metrics", "capture", "access", "remote"):
+        for section in ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote"):
             for f in dataclasses.fields(getattr(self, section)):
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
@@ -256,6 +266,15 @@ def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(v.items()))
 
 
+LIVE_LEVERS = ("cpu_affinity", "sched_priority")
+
+
+def _live_levers(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or any(x not in LIVE_LEVERS for x in v):
+        raise ValueError(f"must be a list drawn from {', '.join(LIVE_LEVERS)}")
+    return tuple(v)
+
+
 def _kinds(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or any(k not in CAPTURE_KINDS for k in v):
         raise ValueError(f"must be a non-empty list drawn from {', '.join(CAPTURE_KINDS)}")
@@ -289,6 +308,13 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "kinds": _kinds,
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
+    },
+    "experiments": {
+        "enabled": _bool,
+        "min_gain": _nonneg_float,
+        "rounds": _int_range(3, 50),
+        "settle_s": _nonneg_float,
+        "live_levers": _live_levers,
     },
     "access": {
         "read_group": _string,
@@ -428,6 +454,7 @@ def parse(text: str, path: Path) -> Config:
                 )
     return Config(
         daemon=DaemonConfig(**sections["daemon"]),
+        experiments=ExperimentsConfig(**sections["experiments"]),
         access=AccessConfig(**sections["access"]),
         remote=remote,
         telemetry=TelemetryConfig(**sections["telemetry"]),

@@ -66,6 +66,7 @@ class Daemon:
         from gitmd.auth.peer import CredentialServer
         from gitmd.auth.tokens import TokenAuthority
         from gitmd.experiments.interventions import Interventions
+        from gitmd.experiments.live import ExperimentStore
         from gitmd.metrics import MetricsServer, build_registry
         from gitmd.service import Service
 
@@ -115,6 +116,7 @@ class Daemon:
             # Before anything is served: whatever a previous gitmd applied and never promoted is
             # reverted (it may have been killed in the middle of an experiment).
             Interventions(store, backend).recover()
+            ExperimentStore(store).abandon_unfinished("gitmd restarted in the middle of it")
 
             capture = self._capture_manager(backend)
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)

@@ -26,14 +26,20 @@ from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
+from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import CaptureManager, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
+from gitmd.experiments.interventions import Intervention, Interventions
+from gitmd.experiments.live import ExperimentStore, LiveExperiment, Measurement
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
+from gitmd.levers.base import Lever, LeverError, Target
+from gitmd.levers.host import gpu_local_cpus, quiet_cpus
+from gitmd.levers.registry import make as make_lever
 from gitmd.store.audit import Audit
 from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
@@ -117,6 +123,12 @@ class Service:
         self.capture = capture
         self.library = library
         self.audit = Audit(jobs.store)
+        self.interventions = Interventions(jobs.store, backend)
+        self.experiments = ExperimentStore(jobs.store)
+        self._exp_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="experiment")
+        self._exp_running: dict[str, threading.Event] = {}  # job id -> its experiment's cancel flag
+        self._exp_tried: set[tuple[str, str]] = set()  # (job id, lever): one try per job
+        self._exp_lock = threading.Lock()
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self._all_dead_since: dict[str, int] = {}
@@ -268,6 +280,7 @@ class Service:
         return untracked(self.sampler.latest(), tracked, os.getpid())
 
     def report_exit(self, job_id: str, exit_code: int) -> JobView:
+        self._end_experiments(job_id, "the job exited")
         if self.capture is not None:
             self.capture.untrack(job_id)
         self._forget(job_id)
@@ -348,10 +361,14 @@ class Service:
         """One window for every tracked job that has a live process and no window open now."""
         if self.capture is None:
             return
+        now = time.monotonic()
         for job_id in self.capture.job_ids():
             jc = self.capture.get(job_id)
-            if jc is None or jc.lock.locked():
-                continue
+            if jc is None or jc.lock.locked() or now < jc.next_due_mono:
+                continue  # a window open, or not due: the period is stretched to hold the overhead budget
+            with self._exp_lock:
+                if job_id in self._exp_running:
+                    continue  # its experiment opens the windows it needs
             if not any(alive for _, alive in self.capture.processes(job_id)):
                 continue
             self._duty_pool.submit(self._duty_window, job_id)
@@ -367,6 +384,10 @@ class Service:
             log.exception("capture window of job %s failed", job_id)
             return
         self._after_window(w)
+        try:
+            self._maybe_experiment(job_id)
+        except Exception:
+            log.exception("planning an experiment on job %s failed", job_id)
         kernels = sum(len(p.records.kernels) for p in w.processes)
         window_s = (w.end_real_ns - w.start_real_ns) / 1e9
         period = duty.next_period(kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us)
@@ -406,6 +427,7 @@ class Service:
                 continue
             else:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
+            self._end_experiments(job.id, "the job was lost")
             if self.capture is not None:
                 self.capture.untrack(job.id)
                 self._forget(job.id)
@@ -464,7 +486,149 @@ class Service:
     def import_library(self, document: bytes) -> tuple[int, int]:
         return self.library.import_(document)
 
+    # -- experiments -----------------------------------------------------------------------------
+    def _maybe_experiment(self, job_id: str) -> None:
+        """After a duty window: if its top cause selects a live lever not tried on this job yet, and
+        the job allows exploration, run one experiment (one per job at a time)."""
+        cfg = self.config.experiments
+        if not cfg.enabled or self.capture is None or not self.alive.is_set():
+            return
+        with self._exp_lock:
+            if job_id in self._exp_running:
+                return
+        job = self.jobs.get(job_id)
+        if not job.allow_exploration or job.state not in ("registered", "running"):
+            return
+        try:
+            report = self.attribution(job_id)
+        except GitmdError:
+            return
+        top = next((c for c in report.causes if c.above_threshold), None)
+        if top is None:
+            return
+        # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
+        self._exp_tried |= {(job_id, e.lever) for e in self.experiments.of_job(job_id)}
+        for name in top.levers:
+            if name not in cfg.live_levers or (job_id, name) in self._exp_tried:
+                continue
+            lever = self._live_lever(name, job)
+            if lever is None:
+                continue
+            with self._exp_lock:
+                if job_id in self._exp_running:
+                    return
+                cancel = threading.Event()
+                self._exp_running[job_id] = cancel
+                self._exp_tried.add((job_id, name))
+            log.info(
+                "job %s: %s costs %.0f%% of its time; trying %s",
+                job_id,
+                top.name,
+                100 * top.share,
+                lever.describe(),
+            )
+            self._exp_pool.submit(self._run_experiment, job_id, lever, top.name, cancel)
+            return
+
+    def _job_pids(self, job_id: str) -> tuple[int, ...]:
+        if self.capture is None:
+            return ()
+        return tuple(st.pid for st, alive in self.capture.processes(job_id) if alive)
+
+    def _live_lever(self, name: str, job: Job) -> Lever | None:
+        pids = self._job_pids(job.id)
+        if not pids:
+            return None
+        if name == "sched_priority":
+            return make_lever("sched_priority", nice=-5) if os.geteuid() == 0 else None
+        if name == "cpu_affinity":
+            try:
+                current = os.sched_getaffinity(pids[0])
+            except OSError:
+                return None
+            local: set[int] = set()
+            for g in self._gpus:
+                if not job.gpus or g.index in job.gpus:
+                    local |= gpu_local_cpus(g.pci_bus_id)
+            cpus = quiet_cpus(max(2, min(len(current), 8)), prefer=local)
+            if not cpus or set(cpus) == current:
+                return None
+            return make_lever("cpu_affinity", cpus=sorted(cpus))
+        return None
+
+    def _run_experiment(self, job_id: str, lever: Lever, cause: str, cancel: threading.Event) -> None:
+        cfg = self.config.experiments
+        assert self.capture is not None
+        capture = self.capture
+
+        def measure() -> Measurement | None:
+            if cancel.is_set():
+                return None
+            try:
+                w = capture.capture(job_id, self.config.capture.window_duration_s)
+            except KeyError:
+                return None  # the job ended
+            steps = self._after_window(w)
+            values: tuple[float, ...] = ()
+            if steps is not None:
+                main = next(p for p in w.processes if p.pid == steps.pid)
+                values = tuple(float(x) for x in payload_scalars(main.records))
+            # Time per step over the window (its length / complete steps), not the median step: a
+            # thread that loses its core for whole time slices issues its steps at full speed when
+            # it runs, so the median hides exactly the time contention costs.
+            step_ms = None
+            if steps is not None and steps.stats.found and steps.stats.steps > 0:
+                step_ms = (w.end_real_ns - w.start_real_ns) / 1e6 / steps.stats.steps
+            return Measurement(w.window_id, step_ms, values)
+
+        try:
+            LiveExperiment(
+                self.experiments,
+                self.interventions,
+                job_id,
+                lever,
+                cause,
+                target=lambda: Target(job_id=job_id, pids=self._job_pids(job_id)),
+                measure=measure,
+                rounds=cfg.rounds,
+                settle_s=cfg.settle_s,
+                min_gain=cfg.min_gain,
+                cancel=cancel,
+            ).run()
+        except Exception:
+            log.exception("experiment on job %s failed; its interventions were reverted", job_id)
+        finally:
+            with self._exp_lock:
+                self._exp_running.pop(job_id, None)
+            job = self.jobs.get(job_id)
+            self._publish("experiment", self._view(job))
+
+    def _end_experiments(self, job_id: str, why: str) -> None:
+        with self._exp_lock:
+            cancel = self._exp_running.get(job_id)
+        if cancel is not None:
+            cancel.set()
+        self.interventions.revert_all(why, job_id)
+
+    def revert_intervention(self, iid: int, actor: str) -> Intervention:
+        """An operator's revert: any intervention, promoted ones included, back to its captured state."""
+        try:
+            iv = self.interventions.get(iid)
+        except KeyError:
+            raise NotFoundError(f"no intervention {iid}") from None
+        if iv.state == "promoted":
+            self.interventions.unpromote(iid)
+        try:
+            return self.interventions.revert(iid, f"reverted by {actor}", actor)
+        except LeverError as e:
+            raise InvalidArgumentError(f"intervention {iid} could not be reverted: {e}") from None
+
     def shutdown(self) -> None:
+        with self._exp_lock:
+            for cancel in self._exp_running.values():
+                cancel.set()
+        self._exp_pool.shutdown(wait=True, cancel_futures=True)
+        self.interventions.revert_all("gitmd stopping")
         self.alive.clear()
         self.sampler.close_all()
         self._duty_pool.shutdown(wait=False, cancel_futures=True)

@@ -5,9 +5,11 @@ from gitmctl.commands import (
     explain,
     gpus,
     health,
+    interventions,
     job,
     jobs,
     library,
+    revert,
     run,
     slurm,
     status,
@@ -16,4 +18,20 @@ from gitmctl.commands import (
     whoami,
 )
 
-VERBS = (status, gpus, telemetry, run, jobs, job, trace, library, explain, whoami, audit, slurm, health)
+VERBS = (
+    status,
+    gpus,
+    telemetry,
+    run,
+    jobs,
+    job,
+    trace,
+    library,
+    explain,
+    whoami,
+    audit,
+    slurm,
+    health,
+    interventions,
+    revert,
+)

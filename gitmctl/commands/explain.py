@@ -74,7 +74,29 @@ def run(args: argparse.Namespace, client: Client) -> int:
     report = client.call(
         client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job, window_id=args.window)
     )
-    return show(args, report, f"job {report.job_id}")
+    exps = client.call(client.stub.GetExperiment, pb.GetExperimentRequest(job_id=report.job_id)).experiments
+    if args.json:
+        out = render.to_dict(report)
+        out["experiments"] = [render.to_dict(e) for e in exps]
+        render.print_json(out)
+        return 0
+    code = show(args, report, f"job {report.job_id}")
+    tried(exps)
+    return code
+
+
+def tried(exps: Any) -> None:
+    """What gitmd tried on the job, the figures, and why each change was kept or reverted."""
+    if not exps:
+        return
+    print("\ntried:")
+    for e in exps:
+        figures = ""
+        if e.HasField("speedup"):
+            figures = f" {e.speedup:.3f}x (95% {e.ci_low:.3f}-{e.ci_high:.3f}, {e.pairs} pairs)"
+        print(f"  #{e.id} {e.lever} {e.setting_json} for {e.cause or '-'}: {e.state}{figures}")
+        if e.reason:
+            print(f"      {e.reason}")
 
 
 def show(args: argparse.Namespace, a: Any, what: str) -> int:

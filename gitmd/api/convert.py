@@ -9,6 +9,8 @@ from gitmd.analysis.causes import THRESHOLD
 from gitmd.analysis.report import CLASSES, WindowReport
 from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.api.pb import pb
+from gitmd.experiments.interventions import Intervention
+from gitmd.experiments.live import Experiment
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
@@ -295,4 +297,45 @@ def audit_to_pb(e: AuditEntry) -> Any:
         outcome=e.outcome,
         detail=e.detail,
         scheduler_job_id=e.scheduler_job_id,
+    )
+
+
+def intervention_to_pb(iv: Intervention) -> Any:
+    return pb.Intervention(
+        id=iv.id,
+        job_id=iv.job_id,
+        experiment_id=iv.experiment_id or 0,
+        lever=iv.lever,
+        kind=iv.kind,
+        setting_json=json.dumps(iv.setting, sort_keys=True),
+        state=iv.state,
+        reason=iv.reason,
+        created_unix_ns=iv.created_ns,
+        updated_unix_ns=iv.updated_ns,
+    )
+
+
+def experiment_to_pb(e: Experiment) -> Any:
+    d = e.decision
+    return pb.Experiment(
+        id=e.id,
+        job_id=e.job_id,
+        lever=e.lever,
+        setting_json=json.dumps(e.setting, sort_keys=True),
+        cause=e.cause,
+        state=e.state,
+        arms=[
+            pb.ExperimentArm(
+                arm=a["arm"], window_id=a["window_id"], step_ms=a.get("step_ms"), at_unix_ns=a["at_ns"]
+            )
+            for a in e.arms
+        ],
+        promote=bool(d.get("promote", False)),
+        reason=str(d.get("reason", "")),
+        speedup=d.get("speedup"),
+        ci_low=d.get("low"),
+        ci_high=d.get("high"),
+        pairs=int(d.get("pairs", 0)),
+        created_unix_ns=e.created_ns,
+        updated_unix_ns=e.updated_ns,
     )

@@ -297,6 +297,41 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         )
         return pb.ImportLibraryResponse(workloads_added=workloads, policies_added=policies)
 
+    # -- interventions and experiments (the job's owner; readers see; admins revert any) ---------
+    @_rpc
+    def ListInterventions(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        if request.job_id:
+            job_id = self._job_for(caller, "ListInterventions", request.job_id, detail=False).job.id
+            ivs = self.svc.interventions.list(job_id, request.pending_only)
+        else:
+            ivs = self.svc.interventions.list("", request.pending_only)
+            if not caller.is_reader:
+                mine = {v.job.id for v in self.svc.list_jobs(True) if v.job.uid == caller.uid}
+                ivs = [iv for iv in ivs if iv.job_id in mine]
+        return pb.ListInterventionsResponse(interventions=[convert.intervention_to_pb(iv) for iv in ivs])
+
+    @_rpc
+    def RevertIntervention(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        try:
+            iv = self.svc.interventions.get(request.intervention_id)
+        except KeyError:
+            raise NotFoundError(f"no intervention {request.intervention_id}") from None
+        self._job_for(caller, "RevertIntervention", iv.job_id, detail=True)
+        return convert.intervention_to_pb(self.svc.revert_intervention(iv.id, caller.name))
+
+    @_rpc
+    def GetExperiment(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        if request.experiment_id:
+            try:
+                exps = [self.svc.experiments.get(request.experiment_id)]
+            except KeyError:
+                raise NotFoundError(f"no experiment {request.experiment_id}") from None
+            self._job_for(caller, "GetExperiment", exps[0].job_id, detail=False)
+        else:
+            job_id = self._job_for(caller, "GetExperiment", request.job_id, detail=False).job.id
+            exps = self.svc.experiments.of_job(job_id)
+        return pb.ListExperimentsResponse(experiments=[convert.experiment_to_pb(e) for e in exps])
+
     # -- access ---------------------------------------------------------------------------------
     @_rpc
     def WhoAmI(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:

@@ -58,6 +58,9 @@ RPC_NEEDS: dict[str, Need] = {
     "UnpinPolicy": Need.ADMIN,
     "RevertPolicy": Need.ADMIN,
     "ImportLibrary": Need.ADMIN,
+    "ListInterventions": Need.ANY,  # the caller's jobs; every job needs READ
+    "RevertIntervention": Need.ANY,  # its job's owner, or admin
+    "GetExperiment": Need.ANY,  # its job's owner or a reader
     "WhoAmI": Need.ANY,
     "ListAudit": Need.READ,
 }

@@ -156,6 +156,15 @@ class Interventions:
         self._set(iid, "reverted", reason, actor, iv.job_id)
         return self.get(iid)
 
+    def unpromote(self, iid: int) -> None:
+        """Back to applied, so an operator's revert can take a promoted change away."""
+        with self.store.transaction() as db:
+            db.conn.execute(
+                "UPDATE interventions SET state = 'applied', updated_ns = ? "
+                "WHERE id = ? AND state = 'promoted'",
+                (time.time_ns(), iid),
+            )
+
     def promote(self, iid: int, reason: str, actor: str = "gitmd") -> Intervention:
         iv = self.get(iid)
         if iv.state != "applied":

@@ -8,6 +8,7 @@ captured main-thread setting by ``revert``.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -48,6 +49,43 @@ def gpu_local_cpus(pci_bus_id: str) -> set[int]:
         return parse_cpus(open(f"/sys/bus/pci/devices/{bus}/local_cpulist").read())
     except (OSError, ValueError):
         return set()
+
+
+def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
+    """Each CPU's busy share over ``interval_s``, from /proc/stat."""
+
+    def read() -> dict[int, tuple[int, int]]:
+        out = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("cpu") and line[3].isdigit():
+                    name, *vals = line.split()
+                    v = [int(x) for x in vals[:8]]
+                    idle = v[3] + v[4]
+                    out[int(name[3:])] = (sum(v), idle)
+        return out
+
+    a = read()
+    time.sleep(interval_s)
+    b = read()
+    busy = {}
+    for cpu, (total, idle) in b.items():
+        t0, i0 = a.get(cpu, (total, idle))
+        dt = total - t0
+        busy[cpu] = 1.0 - (idle - i0) / dt if dt > 0 else 0.0
+    return busy
+
+
+def quiet_cpus(count: int, prefer: set[int] | None = None, interval_s: float = 0.2) -> set[int]:
+    """The ``count`` least busy CPUs gitmd may use, those in ``prefer`` (near the GPU) first."""
+    allowed = os.sched_getaffinity(0)
+    busy = cpu_busy(interval_s)
+    near = prefer or set()
+    # Idle before near: a core near the GPU that other work keeps busy is what the job should leave.
+    ranked = sorted(
+        (c for c in allowed if c in busy), key=lambda c: (busy[c] > 0.5, c not in near, round(busy[c], 1), c)
+    )
+    return set(ranked[:count])
 
 
 class CpuAffinity(Lever):

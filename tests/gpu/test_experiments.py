@@ -1,0 +1,176 @@
+"""Live experiments on the H200, gitmd unattended: a launch-bound job sharing its two cores with
+six busy processes. gitmd's attribution finds host contention, tries cpu_affinity (quiet cores) in
+interleaved windows, and promotes it; killed with SIGKILL in the middle of a treatment window and
+restarted, it puts the job back where it was, and the job finishes unharmed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitmd.api.pb import pb, pb_grpc
+from gitmd.auth.client import open_channel
+from tests.integration.conftest import ROOT, Daemon, command, free_port
+
+W = ROOT / "bench" / "workloads"
+PIN = {2, 3}
+CONFIG = """
+[telemetry]
+backend = "nvml"
+[metrics]
+port = {port}
+[capture]
+window_every_s = 2
+window_duration_s = 1.0
+[experiments]
+rounds = 4
+settle_s = 0.5
+"""
+
+
+def out(name: str, data: Any) -> None:
+    d = os.environ.get("GITMD_GPU_OUT")
+    if d:
+        Path(d, name).write_text(json.dumps(data, indent=2, default=str))
+
+
+def experiments(d: Daemon, job: str) -> list[Any]:
+    with open_channel(d.socket) as ch:
+        try:
+            return list(
+                pb_grpc.GitmdStub(ch)
+                .GetExperiment(pb.GetExperimentRequest(job_id=job), timeout=10)
+                .experiments
+            )
+        except Exception:
+            return []
+
+
+def start(d: Daemon, name: str, *args: str) -> tuple[subprocess.Popen[str], subprocess.Popen[bytes]]:
+    hog = subprocess.Popen(
+        ["taskset", "-c", "2,3", sys.executable, str(W / "cpu_hog.py"), "--procs", "6", "--seconds", "400"]
+    )
+    job = subprocess.Popen(
+        ["taskset", "-c", "2,3", *command("gitmctl"), "--socket", str(d.socket), "run", "--name", name, "--",
+         sys.executable, str(W / "launch_bound.py"), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return job, hog
+
+
+def job_pid(d: Daemon, name: str, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = subprocess.run(
+            [*command("gitmctl"), "--socket", str(d.socket), "job", name, "--json"],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode == 0 and json.loads(r.stdout).get("processes"):
+            return int(json.loads(r.stdout)["processes"][0]["pid"])
+        time.sleep(0.3)
+    raise AssertionError("the job's process never appeared")
+
+
+@pytest.fixture
+def gpu_daemon(daemon_factory: Any) -> Daemon:
+    if len(os.sched_getaffinity(0)) < 8:
+        pytest.skip("needs 8 CPUs")
+    return daemon_factory(config_text=CONFIG.format(port=free_port()))  # type: ignore[no-any-return]
+
+
+def keep_log(d: Daemon, name: str) -> None:
+    o = os.environ.get("GITMD_GPU_OUT")
+    if o:
+        Path(o, name).write_text(d.log()[-200_000:])
+
+
+@pytest.mark.timeout(420)
+def test_cpu_affinity_is_promoted_on_a_contended_running_job(gpu_daemon: Daemon) -> None:
+    d = gpu_daemon
+    job, hog = start(d, "contended", "--seconds", "120")
+    try:
+        pid = job_pid(d, "contended")
+        deadline = time.monotonic() + 110
+        final = None
+        while time.monotonic() < deadline and final is None:
+            exps = experiments(d, "contended")
+            final = next(
+                (e for e in exps if e.state in ("promoted", "reverted", "failed", "abandoned")), None
+            )
+            time.sleep(1)
+        assert final is not None, "no experiment was decided"
+        affinity = os.sched_getaffinity(pid)
+        out("experiment-promoted.json", {"experiment": json.loads(json.dumps({
+            "lever": final.lever, "setting": final.setting_json, "cause": final.cause, "state": final.state,
+            "speedup": final.speedup, "ci_low": final.ci_low, "ci_high": final.ci_high, "pairs": final.pairs,
+            "reason": final.reason, "arms": [(a.arm, a.window_id, a.step_ms) for a in final.arms]})),
+            "affinity_after": sorted(affinity)})  # fmt: skip
+        assert final.lever == "cpu_affinity" and final.cause == "host_contention", final
+        assert final.state == "promoted", final.reason
+        assert final.ci_low >= 1.03
+        assert affinity == set(json.loads(final.setting_json)["cpus"]) and not affinity & PIN
+        r = subprocess.run(
+            [*command("gitmctl"), "--socket", str(d.socket), "explain", "contended"],
+            capture_output=True,
+            text=True,
+        )
+        assert "tried:" in r.stdout and "promoted" in r.stdout, r.stdout + r.stderr
+    finally:
+        keep_log(d, "gitmd-promote.log")
+        hog.kill()
+        job.send_signal(signal.SIGTERM)
+        job.wait(60)
+
+
+@pytest.mark.timeout(420)
+def test_gitmd_killed_in_a_treatment_window_reverts_at_restart(gpu_daemon: Daemon) -> None:
+    d = gpu_daemon
+    steps = "250000"
+    plain = subprocess.Popen(  # the same program untouched, alongside: its output is the reference
+        [sys.executable, str(W / "launch_bound.py"), "--steps", steps], stdout=subprocess.PIPE, text=True
+    )
+    job, hog = start(d, "killed", "--steps", steps)
+    try:
+        pid = job_pid(d, "killed")
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            exps = experiments(d, "killed")
+            if any(e.state == "treatment" for e in exps) and os.sched_getaffinity(pid) != PIN:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("no treatment window was seen")
+        during = os.sched_getaffinity(pid)
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(30)
+        assert os.sched_getaffinity(pid) == during  # nobody reverted it: gitmd is dead
+        d.start()
+        assert os.sched_getaffinity(pid) == PIN  # reverted before the restarted gitmd served
+        stdout, _ = job.communicate(timeout=300)
+        reference, _ = plain.communicate(timeout=300)
+        assert job.returncode == 0 and plain.returncode == 0
+        assert stdout.splitlines()[-1] == reference.splitlines()[-1]  # same checksum
+        out(
+            "experiment-sigkill.json",
+            {
+                "affinity_during": sorted(during),
+                "after_restart": sorted(PIN),
+                "result": stdout.splitlines()[-1],
+            },
+        )
+    finally:
+        keep_log(d, "gitmd-sigkill.log")
+        hog.kill()
+        for p in (job, plain):
+            if p.poll() is None:
+                p.kill()
