@@ -100,11 +100,18 @@ def _write_plan(directory: Path, job_id: str, env: dict[str, str], uid: int, gid
         _say(f"cannot write the launch plan {path}: {e.strerror}")
 
 
-def prolog(args: argparse.Namespace, client: Client) -> None:
-    env = os.environ
-    job_id = env.get("SLURM_JOB_ID", "")
+def _job_id() -> str | None:
+    job_id = os.environ.get("SLURM_JOB_ID", "")
     if not _JOB_ID.match(job_id):
         _say(f"SLURM_JOB_ID {job_id!r} is not a Slurm job id; nothing done")
+        return None
+    return job_id
+
+
+def prolog(args: argparse.Namespace, client: Client) -> None:
+    env = os.environ
+    job_id = _job_id()
+    if job_id is None:
         return
     try:
         uid, gid = int(env.get("SLURM_JOB_UID", "")), int(env.get("SLURM_JOB_GID", ""))
@@ -151,9 +158,8 @@ def prolog(args: argparse.Namespace, client: Client) -> None:
 
 def epilog(args: argparse.Namespace, client: Client) -> None:
     env = os.environ
-    job_id = env.get("SLURM_JOB_ID", "")
-    if not _JOB_ID.match(job_id):
-        _say(f"SLURM_JOB_ID {job_id!r} is not a Slurm job id; nothing done")
+    job_id = _job_id()
+    if job_id is None:
         return
     plan = args.plan_dir / f"{job_id}.env"
     try:

@@ -88,25 +88,26 @@ def quiet_cpus(count: int, prefer: set[int] | None = None, interval_s: float = 0
     return set(ranked[:count])
 
 
-class CpuAffinity(Lever):
-    """Pin the job's threads to ``cpus`` (near its GPU, away from contended cores)."""
+class _PerThread(Lever):
+    """A setting every thread of the job's processes has: captured, set and restored per thread."""
 
-    name = "cpu_affinity"
     kind = Kind.LIVE_HOST
-    causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
+    what: str = "setting"
 
-    @property
-    def cpus(self) -> set[int]:
-        cpus = set(self.setting.get("cpus", ()))
-        if not cpus:
-            raise LeverError("cpu_affinity needs a non-empty set of CPUs")
-        return cpus
+    def _get(self, tid: int) -> Any:
+        raise NotImplementedError
+
+    def _set(self, tid: int, value: Any) -> None:
+        raise NotImplementedError
+
+    def wanted(self) -> Any:
+        raise NotImplementedError
 
     def capture(self, target: Target) -> dict[str, Any]:
         saved: dict[str, Any] = {"threads": {}, "main": {}}
         for pid, tid in _each_thread(target.pids):
             try:
-                saved["threads"][str(tid)] = sorted(os.sched_getaffinity(tid))
+                saved["threads"][str(tid)] = self._get(tid)
             except OSError:
                 continue  # ended meanwhile
             if tid == pid:
@@ -116,94 +117,75 @@ class CpuAffinity(Lever):
         return saved
 
     def apply(self, target: Target) -> None:
-        cpus = self.cpus
+        want = self.wanted()
         for _, tid in _each_thread(target.pids):
             try:
-                os.sched_setaffinity(tid, cpus)
+                self._set(tid, want)
             except ProcessLookupError:
                 continue
             except OSError as e:
-                raise LeverError(f"cannot place thread {tid} on CPUs {sorted(cpus)}: {e.strerror}") from None
+                raise LeverError(f"cannot set thread {tid}'s {self.what} to {want}: {e.strerror}") from None
 
     def verify(self, target: Target) -> None:
-        cpus = self.cpus
+        want = self.wanted()
         for _, tid in _each_thread(target.pids):
             try:
-                got = os.sched_getaffinity(tid)
+                got = self._get(tid)
             except OSError:
                 continue
-            if got != cpus:
-                raise LeverError(f"thread {tid} runs on {sorted(got)}, not {sorted(cpus)}")
+            if got != want:
+                raise LeverError(f"thread {tid} has {self.what} {got}, not {want}")
 
     def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
-        before = saved.get("threads", {})
-        main = saved.get("main", {})
+        before, main = saved.get("threads", {}), saved.get("main", {})
         for pid, tid in _each_thread(target.pids):
-            cpus = before.get(str(tid)) or main.get(str(pid))
-            if not cpus:
+            # A thread born after capture inherited the applied value: its process's main thread's.
+            value = before.get(str(tid), main.get(str(pid)))
+            if value is None:
                 continue
             try:
-                os.sched_setaffinity(tid, set(cpus))
+                self._set(tid, value)
             except ProcessLookupError:
                 continue
             except OSError as e:
-                raise LeverError(f"cannot restore thread {tid}'s CPUs: {e.strerror}") from None
+                raise LeverError(f"cannot restore thread {tid}'s {self.what} {value}: {e.strerror}") from None
 
 
-class SchedPriority(Lever):
+class CpuAffinity(_PerThread):
+    """Pin the job's threads to ``cpus`` (near its GPU, away from contended cores)."""
+
+    name = "cpu_affinity"
+    causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
+    what = "CPUs"
+
+    def wanted(self) -> list[int]:
+        cpus = sorted(set(self.setting.get("cpus", ())))
+        if not cpus:
+            raise LeverError("cpu_affinity needs a non-empty set of CPUs")
+        return cpus
+
+    def _get(self, tid: int) -> list[int]:
+        return sorted(os.sched_getaffinity(tid))
+
+    def _set(self, tid: int, value: Any) -> None:
+        os.sched_setaffinity(tid, set(value))
+
+
+class SchedPriority(_PerThread):
     """Nice value of the job's threads (negative: ahead of other work on its cores; needs root)."""
 
     name = "sched_priority"
-    kind = Kind.LIVE_HOST
     causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
+    what = "nice value"
 
-    @property
-    def nice(self) -> int:
+    def wanted(self) -> int:
         n = int(self.setting.get("nice", -5))
         if not -20 <= n <= 19:
             raise LeverError("nice must be -20..19")
         return n
 
-    def capture(self, target: Target) -> dict[str, Any]:
-        saved: dict[str, Any] = {"threads": {}, "main": {}}
-        for pid, tid in _each_thread(target.pids):
-            try:
-                saved["threads"][str(tid)] = os.getpriority(os.PRIO_PROCESS, tid)
-            except OSError:
-                continue
-            if tid == pid:
-                saved["main"][str(pid)] = saved["threads"][str(tid)]
-        if not saved["threads"]:
-            raise LeverError(f"no live thread in {list(target.pids)}")
-        return saved
+    def _get(self, tid: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, tid)
 
-    def apply(self, target: Target) -> None:
-        for _, tid in _each_thread(target.pids):
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, self.nice)
-            except ProcessLookupError:
-                continue
-            except OSError as e:
-                raise LeverError(f"cannot set thread {tid} to nice {self.nice}: {e.strerror}") from None
-
-    def verify(self, target: Target) -> None:
-        for _, tid in _each_thread(target.pids):
-            try:
-                got = os.getpriority(os.PRIO_PROCESS, tid)
-            except OSError:
-                continue
-            if got != self.nice:
-                raise LeverError(f"thread {tid} has nice {got}, not {self.nice}")
-
-    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
-        before, main = saved.get("threads", {}), saved.get("main", {})
-        for pid, tid in _each_thread(target.pids):
-            n = before.get(str(tid), main.get(str(pid)))
-            if n is None:
-                continue
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, int(n))
-            except ProcessLookupError:
-                continue
-            except OSError as e:
-                raise LeverError(f"cannot restore thread {tid}'s nice {n}: {e.strerror}") from None
+    def _set(self, tid: int, value: Any) -> None:
+        os.setpriority(os.PRIO_PROCESS, tid, int(value))

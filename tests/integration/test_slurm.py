@@ -37,22 +37,11 @@ def _install() -> str | None:
     if shutil.which("apt-get") is None:
         return "Slurm is not installed and there is no apt-get"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    r = subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if r.returncode != 0:
+    install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
+    r = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:  # stale package lists: refresh once
         subprocess.run(["apt-get", "update"], capture_output=True, env=env, timeout=600)
-        r = subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-        )
+        r = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         return f"apt-get install {' '.join(PACKAGES)} failed: {r.stderr.strip()[-300:]}"
     return None
