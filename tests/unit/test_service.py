@@ -77,3 +77,38 @@ def test_a_live_job_is_never_reaped(tmp_path: Path, write_ring: Callable[..., Pa
     (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
     assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
     assert svc.reap(view.job.created_ns + int(10_000 * 1e9)) == []
+
+
+def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A launch-bound job's period is stretched to hold the overhead budget; the duty tick must not
+    open its window early (it did: the period was computed and never checked), and a job under
+    experiment gets no duty windows at all."""
+    import threading
+    import time
+
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
+    ring = write_ring(10, 64)
+    data = bytearray(ring.read_bytes())
+    data[40:44] = os.getpid().to_bytes(4, "little")
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    submitted: list[str] = []
+    svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    jc.next_due_mono = time.monotonic() + 60  # stretched: not due for a minute
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    jc.next_due_mono = 0.0
+    svc._exp_running[view.job.id] = threading.Event()
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    del svc._exp_running[view.job.id]
+    svc.duty_cycle()
+    assert submitted == [view.job.id, view.job.id]
