@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 from gitmd.auth.access import Access, Caller
@@ -14,11 +16,31 @@ from gitmd.store.audit import Audit
 log = logging.getLogger(__name__)
 
 
+UNAUTHENTICATED_ROWS_PER_S = 20  # a flood of bad tokens cannot grow the audit without bound
+
+
 class Gate:
     def __init__(self, authority: TokenAuthority, access: Access, audit_log: Audit) -> None:
         self.authority = authority
         self.access = access
         self.audit = audit_log
+        self._flood_lock = threading.Lock()
+        self._flood_second = 0
+        self._flood_rows = 0
+        self._flood_dropped = 0
+
+    def _admit_unauthenticated_row(self) -> tuple[bool, int]:
+        """Whether to write this unauthenticated row, and how many were left out before it."""
+        now = int(time.monotonic())
+        with self._flood_lock:
+            if now != self._flood_second:
+                self._flood_second, self._flood_rows = now, 0
+            if self._flood_rows >= UNAUTHENTICATED_ROWS_PER_S:
+                self._flood_dropped += 1
+                return False, 0
+            self._flood_rows += 1
+            dropped, self._flood_dropped = self._flood_dropped, 0
+            return True, dropped
 
     def caller(self, context: Any) -> Caller:
         """Who is calling: a token's uid on the Unix socket, a certificate's subject over TCP."""
@@ -43,7 +65,14 @@ class Gate:
         try:
             caller = self.caller(context)
         except UnauthenticatedError as e:
-            self.record(None, rpc, "unauthenticated", detail=str(e))
+            write, dropped = self._admit_unauthenticated_row()
+            if write:
+                more = (
+                    f" ({dropped} more unauthenticated calls before this one were not recorded)"
+                    if dropped
+                    else ""
+                )
+                self.record(None, rpc, "unauthenticated", detail=f"{e}{more}")
             raise
         except PermissionDeniedError as e:
             self.record(None, rpc, "denied", detail=str(e))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import grp
 import os
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,27 @@ def test_remote_subjects_and_device_levers() -> None:
     on.check_device_levers(root)
     with pytest.raises(PermissionDeniedError, match="need root"):
         on.check_device_levers(on.local(Peer(uid=5, gid=5, groups=frozenset(), pid=1)))
+
+
+def test_a_flood_of_bad_tokens_is_audited_at_a_bounded_rate(tmp_path: Path) -> None:
+    from gitmd.auth.gate import UNAUTHENTICATED_ROWS_PER_S, Gate
+    from gitmd.auth.tokens import TokenAuthority
+    from gitmd.errors import UnauthenticatedError
+    from gitmd.store.audit import Audit
+    from gitmd.store.db import Store
+
+    class Ctx:
+        def peer(self) -> str:
+            return "unix:"
+
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return (("gitm-token", "v1.forged.token"),)
+
+    log = Audit(Store(tmp_path / "s.db"))
+    gate = Gate(TokenAuthority(), Access(), log)
+    for _ in range(500):
+        with pytest.raises(UnauthenticatedError):
+            gate.admit(Ctx(), "GetStatus")
+    rows = log.list(limit=10_000)
+    assert UNAUTHENTICATED_ROWS_PER_S <= len(rows) <= 3 * UNAUTHENTICATED_ROWS_PER_S
+    assert all(r.outcome == "unauthenticated" for r in rows)
