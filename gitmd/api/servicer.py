@@ -306,7 +306,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         else:
             ivs = self.svc.interventions.list("", request.pending_only)
             if not caller.is_reader:
-                mine = {v.job.id for v in self.svc.list_jobs(True) if v.job.uid == caller.uid}
+                mine = {j.id for j in self.svc.jobs.list(include_exited=True) if j.uid == caller.uid}
                 ivs = [iv for iv in ivs if iv.job_id in mine]
         return pb.ListInterventionsResponse(interventions=[convert.intervention_to_pb(iv) for iv in ivs])
 

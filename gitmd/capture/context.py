@@ -84,17 +84,16 @@ def _read_schedstat(path: str) -> tuple[int, int] | None:
         return None
 
 
-def cpu_times(proc: Path, cores: tuple[int, ...]) -> tuple[int, int]:
-    """(busy, total) ns summed over ``cores``, from /proc/stat's per-CPU lines."""
-    busy = total = 0
-    wanted = {f"cpu{c}".encode() for c in cores}
+def per_cpu_times(proc: Path = Path("/proc")) -> dict[int, tuple[int, int]]:
+    """Each CPU's (busy, total) ns since boot, from /proc/stat's per-CPU lines."""
+    out: dict[int, tuple[int, int]] = {}
     try:
         lines = (proc / "stat").read_bytes().splitlines()
     except OSError:
-        return 0, 0
+        return out
     for line in lines:
         parts = line.split()
-        if not parts or parts[0] not in wanted:
+        if not parts or not parts[0].startswith(b"cpu") or not parts[0][3:].isdigit():
             continue
         try:
             v = [int(x) for x in parts[1:9]]
@@ -103,9 +102,15 @@ def cpu_times(proc: Path, cores: tuple[int, ...]) -> tuple[int, int]:
         v += [0] * (8 - len(v))
         user, nice, system, idle, iowait, irq, softirq, steal = v
         b = user + nice + system + irq + softirq + steal
-        busy += b
-        total += b + idle + iowait
-    return busy * _NS_PER_TICK, total * _NS_PER_TICK
+        out[int(parts[0][3:])] = (b * _NS_PER_TICK, (b + idle + iowait) * _NS_PER_TICK)
+    return out
+
+
+def cpu_times(proc: Path, cores: tuple[int, ...]) -> tuple[int, int]:
+    """(busy, total) ns summed over ``cores``."""
+    times = per_cpu_times(proc)
+    picked = [times[c] for c in cores if c in times]
+    return sum(b for b, _ in picked), sum(t for _, t in picked)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gitmd.jobs.liveness import start_ticks
 from gitmd.levers import registry
 from gitmd.levers.base import Kind, Lever, LeverError, Target
 from gitmd.store import audit
@@ -23,15 +24,6 @@ from gitmd.store.db import Store
 log = logging.getLogger(__name__)
 
 PENDING = ("applying", "applied")
-
-
-def start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/pid/stat: the process's start time, to tell a pid's reuse apart."""
-    try:
-        raw = open(f"/proc/{pid}/stat", "rb").read()  # noqa: SIM115
-    except OSError:
-        return None
-    return int(raw[raw.rindex(b")") + 2 :].split()[19])
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gitmd.capture.context import per_cpu_times
 from gitmd.levers.base import Kind, Lever, LeverError, Target
 
 
@@ -53,26 +54,13 @@ def gpu_local_cpus(pci_bus_id: str) -> set[int]:
 
 def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
     """Each CPU's busy share over ``interval_s``, from /proc/stat."""
-
-    def read() -> dict[int, tuple[int, int]]:
-        out = {}
-        with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("cpu") and line[3].isdigit():
-                    name, *vals = line.split()
-                    v = [int(x) for x in vals[:8]]
-                    idle = v[3] + v[4]
-                    out[int(name[3:])] = (sum(v), idle)
-        return out
-
-    a = read()
+    a = per_cpu_times()
     time.sleep(interval_s)
-    b = read()
+    b = per_cpu_times()
     busy = {}
-    for cpu, (total, idle) in b.items():
-        t0, i0 = a.get(cpu, (total, idle))
-        dt = total - t0
-        busy[cpu] = 1.0 - (idle - i0) / dt if dt > 0 else 0.0
+    for cpu, (used, total) in b.items():
+        u0, t0 = a.get(cpu, (used, total))
+        busy[cpu] = (used - u0) / (total - t0) if total > t0 else 0.0
     return busy
 
 

@@ -135,3 +135,12 @@ def test_cpu_lists() -> None:
     assert parse_cpus("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
     with pytest.raises(ValueError):
         parse_cpus("a-b")
+
+
+def test_quiet_cpus_come_from_proc_stat() -> None:
+    from gitmd.levers.host import cpu_busy, quiet_cpus
+
+    busy = cpu_busy(0.05)
+    assert set(busy) >= os.sched_getaffinity(0) and all(0.0 <= b <= 1.0 for b in busy.values())
+    chosen = quiet_cpus(1, interval_s=0.05)
+    assert len(chosen) == 1 and chosen <= os.sched_getaffinity(0)
