@@ -54,7 +54,7 @@ class MetricsConfig:
     address: str = "127.0.0.1"
 
 
-CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload")
+CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload", "streams")
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ExperimentsConfig:
     min_gain: float = 0.03  # promote only when the interval's lower bound clears 1 + min_gain
     rounds: int = 4  # AB/BA pairs per experiment
     settle_s: float = 0.5  # after applying, before the treatment window
-    live_levers: tuple[str, ...] = ("cpu_affinity", "sched_priority")
+    live_levers: tuple[str, ...] = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release")
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(v.items()))
 
 
-LIVE_LEVERS = ("cpu_affinity", "sched_priority")
+LIVE_LEVERS = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release")
 
 
 def _live_levers(v: Any) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
+from gitmd.analysis.causes import starved_stream
 from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
@@ -32,15 +36,21 @@ from gitmd.capture.windows import CaptureManager, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
+from gitmd.experiments.decide import Decision, decide
+from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Intervention, Interventions
-from gitmd.experiments.live import ExperimentStore, LiveExperiment, Measurement
+from gitmd.experiments.live import Experiment, ExperimentStore, LiveExperiment, Measurement, decision_json
+from gitmd.experiments.tune import TunedLever, tune_lever
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.levers.base import Lever, LeverError, Target
 from gitmd.levers.host import gpu_local_cpus, quiet_cpus
+from gitmd.levers.launch_env import EnvLever
+from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
 from gitmd.store.audit import Audit
+from gitmd.store.audit import row as audit_row
 from gitmd.store.library import Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
@@ -211,7 +221,7 @@ class Service:
         workload = found.get("w")
         if workload is not None:
             # A recurring job: its known-good policy comes with the launch, no experiment needed.
-            policy = workload.active_policy
+            policy = workload.active_policy_for(job.uid)
             env = {**(policy.env if policy else {}), **plan.env}  # gitmd's own variables win
             plan = dataclasses.replace(
                 plan,
@@ -554,7 +564,30 @@ class Service:
             if not cpus or set(cpus) == current:
                 return None
             return make_lever("cpu_affinity", cpus=sorted(cpus))
+        if name in ("stream_priority", "mempool_release"):
+            window = self._newest.get(job.id)
+            if window is None or self.capture is None:
+                return None
+            rings = self.capture.ring_paths(job.id)
+            # the busiest live process: the one whose stream the cause names
+            procs = [p for p in window.processes if p.pid in rings and len(p.records.kernels)]
+            if not procs:
+                return None
+            main = max(procs, key=lambda p: len(p.records.kernels))
+            if name == "stream_priority":
+                cost, stream, _ = starved_stream(main.records)
+                if cost <= 0:
+                    return None
+                return make_lever("stream_priority", pid=main.pid, stream=stream, priority=-5)
+            devices = main.records.kernels["device"]
+            device = int(np.bincount(devices).argmax()) if len(devices) else 0
+            return make_lever("mempool_release", pid=main.pid, device=device)
         return None
+
+    def _target(self, job_id: str) -> Target:
+        job = self.jobs.get(job_id)
+        rings = self.capture.ring_paths(job_id) if self.capture is not None else {}
+        return Target(job_id=job_id, pids=self._job_pids(job_id), rings=rings, owner_uid=job.uid)
 
     def _run_experiment(self, job_id: str, lever: Lever, cause: str, cancel: threading.Event) -> None:
         cfg = self.config.experiments
@@ -588,7 +621,7 @@ class Service:
                 job_id,
                 lever,
                 cause,
-                target=lambda: Target(job_id=job_id, pids=self._job_pids(job_id)),
+                target=lambda: self._target(job_id),
                 measure=measure,
                 rounds=cfg.rounds,
                 settle_s=cfg.settle_s,
@@ -609,6 +642,86 @@ class Service:
         if cancel is not None:
             cancel.set()
         self.interventions.revert_all(why, job_id)
+
+    def record_tune(
+        self,
+        job_id: str,
+        metric: str,
+        levers: list[TunedLever],
+        min_gain: float,
+        scope_uid: int | None,
+        actor: str,
+    ) -> tuple[list[Experiment], Policy | None, str, str]:
+        """`gitmctl tune`'s trials: decided here from the figures, kept as experiments of the
+        reference job; the best promoted lever becomes a validated policy of its workload (scoped to
+        ``scope_uid`` when given). Returns (experiments, policy, workload id, note)."""
+        job = self.jobs.get(job_id)
+        if not levers:
+            raise InvalidArgumentError("no levers in the tune result")
+        if len(levers) > len(CATALOG):
+            raise InvalidArgumentError(f"at most {len(CATALOG)} levers in one tune result")
+        if not 0 <= min_gain < 1 or not math.isfinite(min_gain):
+            raise InvalidArgumentError("min_gain must be in [0, 1)")
+        gain = min_gain or self.config.experiments.min_gain
+        checked = [(t, tune_lever(t)) for t in levers]  # every lever valid before anything is written
+        exps: list[Experiment] = []
+        best: tuple[float, Experiment, Lever, Decision] | None = None
+        for t, lever in checked:
+            a, b = t.pairs()
+            verdict = Verdict(not t.failures, tuple(t.failures), tuple(t.checked), t.numbers_checked)
+            d = decide(a, b, verdict, lever.risk, gain, paired=True)
+            arms = [
+                {"arm": arm, "window_id": 0, "step_ms": value, "at_ns": time.time_ns(), "job_id": jid}
+                for arm, value, jid in t.trials
+            ]
+            e = self.experiments.record(
+                job.id, lever, "tune", "promoted" if d.promote else "reverted", arms,
+                {**decision_json(d), "metric": metric, "checked": list(t.checked)},
+            )  # fmt: skip
+            exps.append(e)
+            if d.promote and d.interval is not None and (best is None or d.interval.speedup > best[0]):
+                best = (d.interval.speedup, e, lever, d)
+        policy, note = None, ""
+        job = self.jobs.get(job_id)
+        if best is None:
+            note = "no lever was measurably faster with the outputs unchanged: nothing stored"
+        elif not job.workload_id:
+            note = (
+                "not stored: gitmd never saw this job's steps (no capture window found them), so it "
+                "has no workload to attach the policy to; run longer trials"
+            )
+        else:
+            _, e, won, d = best
+            assert d.interval is not None and isinstance(won, EnvLever)
+            gpu = self._gpus[0].name if self._gpus else ""
+            policy = self.library.add_policy(
+                job.workload_id,
+                won.values(),
+                "validated",
+                d.interval.speedup,
+                (d.interval.low, d.interval.high),
+                {
+                    "source": "tune",
+                    "experiment": e.id,
+                    "job_id": job.id,
+                    "lever": won.describe(),
+                    "pairs": d.interval.pairs,
+                    "metric": metric,
+                    "reason": d.reason,
+                    "scope_uid": scope_uid,
+                    "by": actor,
+                    "scheduler_job_id": job.scheduler_job_id,
+                },
+                gpu_model=gpu,
+                driver=self.backend.driver_version() or "",
+            )
+            note = f"stored as policy {policy.id} of workload {job.workload_id}" + (
+                f" for uid {scope_uid}'s launches" if scope_uid is not None else " for every launch"
+            )
+        self.audit.append(
+            audit_row(actor, None, "tune", "ok", job.id, {"experiments": [e.id for e in exps], "note": note})
+        )
+        return exps, policy, job.workload_id, note
 
     def revert_intervention(self, iid: int, actor: str) -> Intervention:
         """An operator's revert: any intervention, promoted ones included, back to its captured state."""

@@ -18,6 +18,7 @@ total = torch.cuda.get_device_properties(0).total_memory
 torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gb * 2**30 / total))
 sizes_mb = [256, 384, 320, 448, 288]
 end = time.monotonic() + a.seconds
+t_ready = time.monotonic()
 step = 0
 acc = torch.zeros((), device="cuda")
 while (step < a.steps) if a.steps else (time.monotonic() < end):
@@ -29,5 +30,9 @@ while (step < a.steps) if a.steps else (time.monotonic() < end):
     torch.cuda.empty_cache()
     step += 1
     if step == 3:
+        torch.cuda.synchronize()
+        t_ready = time.monotonic()
         print("ready", flush=True)  # warmed up: the harness captures from here
-print(f"result steps={step} checksum={acc.item() / step:.6f}", flush=True)
+torch.cuda.synchronize()
+step_ms = 1e3 * (time.monotonic() - t_ready) / max(1, step - 3)  # steady steps, after warm-up
+print(f"result steps={step} step_ms={step_ms:.4f} checksum={acc.item() / step:.6f}", flush=True)

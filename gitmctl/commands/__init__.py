@@ -15,6 +15,7 @@ from gitmctl.commands import (
     status,
     telemetry,
     trace,
+    tune,
     whoami,
 )
 
@@ -34,4 +35,5 @@ VERBS = (
     health,
     interventions,
     revert,
+    tune,
 )

@@ -17,7 +17,10 @@ What each cause costs (within one window of the job's busiest process):
 - power_cap: the same at the enforced power limit. Reported, never above threshold: at the
   board's limit that is its ceiling (only the device lever — a higher limit — changes it);
 - fp32_gemm: fp32 GEMMs not on tensor cores, at the saving TF32 measured on the H200 (5.5x);
-- kernel_slowdown: kernels slower than their history that nothing above explains.
+- kernel_slowdown: kernels slower than their history that nothing above explains;
+- stream_starved: time the host waited on a stream (stream synchronizations) while that stream ran
+  no kernel and the process's other streams did: its work queued behind theirs, which a higher
+  priority for the waited stream lets through first.
 A cause is above threshold when it cost at least THRESHOLD of the window.
 """
 
@@ -55,6 +58,8 @@ LEVERS: dict[str, tuple[str, ...]] = {
     "throttling": ("power_limit", "clocks"),  # device levers: off unless allow_device_levers
     "power_cap": ("power_limit",),
     "fp32_gemm": ("tf32_override",),
+    # the host waits on one stream while the GPU runs another's kernels: raise the waited one
+    "stream_starved": ("stream_priority",),
     "kernel_slowdown": (),
 }
 # Granger series that support each cause when significant.
@@ -229,6 +234,15 @@ def rank(
                 ev,
                 eligible=False,
             )
+    starved_ns, starved_id, waited_ns = starved_stream(records)
+    if starved_ns > 0:
+        out.add(
+            "stream_starved",
+            starved_ns,
+            0.6,
+            f"the host waited {_ms(waited_ns)} on stream {starved_id}; for {_ms(starved_ns)} of it the "
+            "GPU ran other streams' kernels and none of that stream's",
+        )
     f32_ns, f32_n = fp32_gemm_ns(records)
     out.add(
         "fp32_gemm",
@@ -250,3 +264,59 @@ def rank(
             "; ".join(f"{t.series} precedes it (q={t.q_value:.3g})" for t in anything[:3]),
         )
     return sorted(out.causes, key=lambda c: -c.cost_ns)
+
+
+STREAM_SYNC = 3  # CUpti_ActivitySynchronizationType: stream synchronize
+
+
+def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted, disjoint (starts, ends)."""
+    if not len(start):
+        return start.astype(np.int64), end.astype(np.int64)
+    o = np.argsort(start, kind="stable")
+    s, e = start[o].astype(np.int64), np.maximum.accumulate(end[o].astype(np.int64))
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(e[idx[1:] - 1], e[-1])
+
+
+def _inside(x: np.ndarray, merged: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    s, e = merged
+    if not len(s):
+        return np.zeros(len(x), dtype=bool)
+    i = np.searchsorted(s, x, side="right") - 1
+    ok = i >= 0
+    out = np.zeros(len(x), dtype=bool)
+    out[ok] = x[ok] < e[i[ok]]
+    return out
+
+
+def starved_stream(r: Decoded) -> tuple[float, int, float]:
+    """(starved ns, stream id, waited ns) of the stream the host waited on longest while only other
+    streams' kernels ran; (0, 0, 0) when no stream was starved (one stream, no stream syncs)."""
+    k, y = r.kernels, r.syncs
+    if not len(k) or not len(y):
+        return 0.0, 0, 0.0
+    y = y[(y["sync_type"] == STREAM_SYNC) & (y["end_ns"] > y["start_ns"])]
+    streams = np.unique(k["stream_id"])
+    if not len(y) or len(streams) < 2:
+        return 0.0, 0, 0.0
+    best = (0.0, 0, 0.0)
+    for sid in np.unique(y["stream_id"]):
+        mine = k["stream_id"] == sid
+        if not mine.any() or mine.all():
+            continue
+        waits = _merge(y["start_ns"][y["stream_id"] == sid], y["end_ns"][y["stream_id"] == sid])
+        own = _merge(k["start_ns"][mine], k["end_ns"][mine])
+        other = _merge(k["start_ns"][~mine], k["end_ns"][~mine])
+        edges = np.unique(np.concatenate([*waits, *own, *other]))
+        if len(edges) < 2:
+            continue
+        mid = (edges[:-1] + edges[1:]) // 2
+        seg = np.diff(edges).astype(np.float64)
+        starved = _inside(mid, waits) & _inside(mid, other) & ~_inside(mid, own)
+        cost = float(seg[starved].sum())
+        if cost > best[0]:
+            best = (cost, int(sid), float((waits[1] - waits[0]).sum()))
+    return best

@@ -18,7 +18,7 @@ import grpc
 
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.auth.access import Access, Caller
+from gitmd.auth.access import ADMIN, Access, Caller
 from gitmd.auth.gate import Gate
 from gitmd.errors import (
     GitmdError,
@@ -28,6 +28,7 @@ from gitmd.errors import (
     UnauthenticatedError,
 )
 from gitmd.experiments import equivalence
+from gitmd.experiments.tune import TunedLever
 from gitmd.jobs.registry import Registration
 from gitmd.service import Service
 from gitmd.store import audit
@@ -331,6 +332,37 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             job_id = self._job_for(caller, "GetExperiment", request.job_id, detail=False).job.id
             exps = self.svc.experiments.of_job(job_id)
         return pb.ListExperimentsResponse(experiments=[convert.experiment_to_pb(e) for e in exps])
+
+    @_rpc
+    def RecordTune(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        job = self._job_for(caller, "RecordTune", request.job_id, detail=True).job
+        levers = []
+        for t in request.levers:
+            try:
+                setting = json.loads(t.setting_json or "{}")
+            except ValueError:
+                raise InvalidArgumentError(f"{t.lever}: setting_json is not JSON") from None
+            levers.append(
+                TunedLever(
+                    t.lever,
+                    setting,
+                    tuple((x.arm, x.value, x.job_id) for x in t.trials),
+                    tuple(t.checked),
+                    tuple(t.failures),
+                    t.numbers_checked,
+                )
+            )
+        # An admin's results serve every launch of the workload; anyone else's only their own.
+        scope = None if ADMIN in caller.roles else (caller.uid if caller.uid is not None else -1)
+        exps, policy, workload_id, note = self.svc.record_tune(
+            job.id, request.metric[:1000], levers, request.min_gain, scope, caller.name
+        )
+        resp = pb.RecordTuneResponse(
+            experiments=[convert.experiment_to_pb(e) for e in exps], workload_id=workload_id, note=note
+        )
+        if policy is not None:
+            resp.policy.CopyFrom(convert.policy_to_pb(policy))
+        return resp
 
     # -- access ---------------------------------------------------------------------------------
     @_rpc

@@ -61,6 +61,7 @@ RPC_NEEDS: dict[str, Need] = {
     "ListInterventions": Need.ANY,  # the caller's jobs; every job needs READ
     "RevertIntervention": Need.ANY,  # its job's owner, or admin
     "GetExperiment": Need.ANY,  # its job's owner or a reader
+    "RecordTune": Need.ANY,  # its job's owner; the policy is scoped to them unless admin
     "WhoAmI": Need.ANY,
     "ListAudit": Need.READ,
 }

@@ -26,7 +26,7 @@ from gitmd.jobs.liveness import ProcessWatcher, start_ticks
 
 log = logging.getLogger(__name__)
 
-KIND_BITS = {"kernel": 1, "memcpy": 2, "memset": 4, "sync": 8, "memory": 16, "payload": 32}
+KIND_BITS = {"kernel": 1, "memcpy": 2, "memset": 4, "sync": 8, "memory": 16, "payload": 32, "streams": 64}
 
 
 def process_alive(pid: int, ticks: int) -> bool:
@@ -161,6 +161,13 @@ class CaptureManager:
         with jc.lock:
             self.discover(jc)
             return [(pc.ring.status(), pc.alive) for pc in jc.procs.values()]
+
+    def ring_paths(self, job_id: str) -> dict[int, str]:
+        """pid -> ring file of the job's live processes (for the live shim levers' knobs)."""
+        jc = self.get(job_id)
+        if jc is None:
+            return {}
+        return {pc.ring.pid: str(pc.ring.path) for pc in list(jc.procs.values()) if pc.alive}
 
     # -- windows -------------------------------------------------------------------------------
     def capture(self, job_id: str, duration_s: float, ack_timeout_s: float = 3.0) -> WindowResult:

@@ -71,6 +71,8 @@ class Interventions:
             "pids": [[p, start_ticks(p)] for p in target.pids],
             "env": target.env,
             "gpus": list(target.gpus),
+            "rings": {str(p): path for p, path in target.rings.items()},
+            "owner_uid": target.owner_uid,
         }
 
     def rebuild(self, stored: dict[str, Any]) -> Target:
@@ -83,6 +85,8 @@ class Interventions:
             env=dict(stored.get("env", {})),
             gpus=tuple(stored.get("gpus", [])),
             backend=self.backend,
+            rings={int(p): path for p, path in stored.get("rings", {}).items() if int(p) in alive},
+            owner_uid=stored.get("owner_uid"),
         )
 
     # -- the life of one intervention -----------------------------------------------------------

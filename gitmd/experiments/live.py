@@ -66,6 +66,28 @@ class ExperimentStore:
             )
         return self.get(int(cur.lastrowid or 0))
 
+    def record(
+        self,
+        job_id: str,
+        lever: Lever,
+        cause: str,
+        state: str,
+        arms: list[dict[str, Any]],
+        decision: dict[str, Any],
+    ) -> Experiment:
+        """A finished experiment run elsewhere (`gitmctl tune`'s trials), kept as one row."""
+        if state not in STATES:
+            raise ValueError(f"state must be one of {STATES}")
+        now = time.time_ns()
+        with self.store.transaction() as db:
+            cur = db.conn.execute(
+                "INSERT INTO experiments (job_id, lever, setting, cause, state, arms, decision, created_ns, "
+                "updated_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, lever.name, json.dumps(lever.setting), cause, state, json.dumps(arms),
+                 json.dumps(decision), now, now),
+            )  # fmt: skip
+        return self.get(int(cur.lastrowid or 0))
+
     def update(self, e: Experiment) -> None:
         e.updated_ns = time.time_ns()
         with self.store.transaction() as db:
@@ -200,7 +222,7 @@ class LiveExperiment:
         verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
         d = decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)
         self.exp.state = "decided"
-        self.exp.decision = _decision_json(d)
+        self.exp.decision = decision_json(d)
         self.experiments.update(self.exp)
         if not d.promote:
             return self._end("reverted", d)
@@ -212,7 +234,7 @@ class LiveExperiment:
 
     def _end(self, state: str, d: Decision) -> Decision:
         self.exp.state = state
-        self.exp.decision = _decision_json(d)
+        self.exp.decision = decision_json(d)
         self.experiments.update(self.exp)
         log.info(
             "experiment %d (%s on job %s): %s — %s",
@@ -225,7 +247,7 @@ class LiveExperiment:
         return d
 
 
-def _decision_json(d: Decision) -> dict[str, Any]:
+def decision_json(d: Decision) -> dict[str, Any]:
     out: dict[str, Any] = {"promote": d.promote, "reason": d.reason}
     if d.interval is not None:
         out.update(

@@ -35,13 +35,16 @@ class LeverError(Exception):
 @dataclass
 class Target:
     """What a lever acts on. Launch levers read and change ``env`` (the launch plan's additions);
-    live host levers act on ``pids`` (every thread of each); device levers on ``gpus``."""
+    live host levers act on ``pids`` (every thread of each); live shim levers on ``rings``; device
+    levers on ``gpus``."""
 
     job_id: str = ""
     pids: tuple[int, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     gpus: tuple[int, ...] = ()
     backend: Any = None  # the telemetry backend, for device levers
+    rings: dict[int, str] = field(default_factory=dict)  # pid -> shim ring file, for live shim levers
+    owner_uid: int | None = None  # the job's uid: a ring file must belong to it
 
 
 class Lever(ABC):

@@ -1,9 +1,8 @@
 """The catalog: every lever gitmd may try, by name, in one explicit table.
 
 Names are those of ``gitmd.analysis.causes.LEVERS``; a test checks that every lever a cause selects
-is here or listed in ``NOT_YET`` (levers that need the shim's knob implementations: stream
-priority, pinning a hot host buffer, the memory pool's release threshold; and the framework knobs
-through an injected sitecustomize).
+is here or listed in ``NOT_YET`` (pinning a hot host buffer, which needs the shim to follow the
+program's frees; and DataLoader pinning through the injected sitecustomize).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from gitmd.levers.launch_env import (
     CudaDeviceMaxConnections,
     Tf32Override,
 )
+from gitmd.levers.shim_knobs import MempoolRelease, StreamPriority
 
 CATALOG: dict[str, type[Lever]] = {
     cls.name: cls
@@ -33,11 +33,13 @@ CATALOG: dict[str, type[Lever]] = {
         CpuThreads,
         CpuAffinity,
         SchedPriority,
+        StreamPriority,
+        MempoolRelease,
         PowerLimit,
         SmClockLock,
     )
 }
-NOT_YET = frozenset({"pin_host_buffer", "mempool_release", "stream_priority", "dataloader_pin_memory"})
+NOT_YET = frozenset({"pin_host_buffer", "dataloader_pin_memory"})
 
 
 def make(name: str, **setting: Any) -> Lever:

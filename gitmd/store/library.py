@@ -74,10 +74,20 @@ class Workload:
 
     @property
     def active_policy(self) -> Policy | None:
+        """The policy for launches of anyone: pinned, else the best validated one that is not
+        scoped to one user."""
+        return self.active_policy_for(None)
+
+    def active_policy_for(self, uid: int | None) -> Policy | None:
+        """The policy a launch by ``uid`` gets: pinned, else the best validated one among those
+        for everyone and those scoped to ``uid`` (a user's own `gitmctl tune` results apply to
+        that user's launches only, until an admin pins them)."""
         pinned = [p for p in self.policies if p.status == "pinned"]
         if pinned:
             return max(pinned, key=lambda p: p.updated_ns)
-        validated = [p for p in self.policies if p.status == "validated"]
+        validated = [
+            p for p in self.policies if p.status == "validated" and p.evidence.get("scope_uid") in (None, uid)
+        ]
         return max(validated, key=lambda p: p.speedup or 0.0) if validated else None
 
 
@@ -350,9 +360,11 @@ class Library:
         speedup: float | None = None,
         ci: tuple[float, float] | None = None,
         evidence: dict[str, Any] | None = None,
+        gpu_model: str = "",
+        driver: str = "",
     ) -> Policy:
         """A policy from an experiment (the experiments engine calls this)."""
-        _check_env(env, "env")
+        check_env(env, "env")
         if status not in STATUSES:
             raise InvalidArgumentError(f"status must be one of {STATUSES}")
         now = time.time_ns()
@@ -361,7 +373,7 @@ class Library:
                 raise NotFoundError(f"no workload {workload_id!r} in the library")
             cur = db.execute(
                 "INSERT INTO policies (workload_id, settings, status, speedup, ci_low, ci_high, evidence, "
-                "created_ns, updated_ns) VALUES (?,?,?,?,?,?,?,?,?)",
+                "gpu_model, driver, created_ns, updated_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     workload_id,
                     json.dumps({"env": env}),
@@ -370,6 +382,8 @@ class Library:
                     ci[0] if ci else None,
                     ci[1] if ci else None,
                     json.dumps(evidence or {}),
+                    gpu_model,
+                    driver,
                     now,
                     now,
                 ],
@@ -392,7 +406,7 @@ def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
-def _check_env(env: Any, where: str) -> None:
+def check_env(env: Any, where: str) -> None:
     _typed(env, dict, where)
     if len(env) > MAX_ENV:
         raise _fail(where, f"more than {MAX_ENV} variables")
@@ -461,7 +475,7 @@ def validate_document(raw: bytes) -> dict[str, Any]:
         for j, p in enumerate(pols):
             pat = f"{at}.policies[{j}]"
             _typed(p, dict, pat)
-            _check_env(p.get("env"), f"{pat}.env")
+            check_env(p.get("env"), f"{pat}.env")
             if p.get("status") not in STATUSES:
                 raise _fail(f"{pat}.status", f"must be one of {', '.join(STATUSES)}")
             for key in ("speedup", "ci_low", "ci_high"):

@@ -60,7 +60,10 @@ extern "C" {
 #define GITM_KIND_SYNC 8
 #define GITM_KIND_MEMORY 16
 #define GITM_KIND_PAYLOAD 32
-#define GITM_KIND_ALL 63
+/* learn the CUstream behind each stream id seen in kernel launches (first 100 ms of a window;
+ * the stream-priority knob needs it) */
+#define GITM_KIND_STREAMS 64
+#define GITM_KIND_ALL 127
 
 /* memory kinds (memcpy src/dst, memset, memory records): CUPTI's CUpti_ActivityMemoryKind values */
 #define GITM_MEM_UNKNOWN 0
@@ -75,6 +78,14 @@ extern "C" {
 /* knob operations (gitm_control.knob_op); the levers come later, the channel is here now */
 #define GITM_KNOB_NOP 0
 #define GITM_KNOB_PING 1
+/* args[0] stream id (as in kernel records), args[1] the priority (int64; lower is higher),
+ * args[2] 1: only read it. out[0] the priority before, out[1] after, out[2] the CUresult on error.
+ * -ENOENT: no launch on that stream was seen while GITM_KIND_STREAMS was on; -ESTALE: the stream
+ * behind that handle is gone or has another id now; -ELIBACC: libcuda's functions not found. */
+#define GITM_KNOB_STREAM_PRIORITY 2
+/* args[0] device ordinal, args[1] release threshold in bytes, args[2] 1: only read it.
+ * out[0] the threshold before, out[1] after, out[2] the CUresult on error. */
+#define GITM_KNOB_MEMPOOL_RELEASE 3
 
 struct gitm_clock_pair {
     uint64_t cupti_ns;    /* cuptiGetTimestamp() */

@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <cupti.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <sys/uio.h>
 #include <pthread.h>
@@ -64,6 +65,8 @@ static struct {
     CUpti_SubscriberHandle payload_sub;
     int payload_subscribed;
     pthread_mutex_t payload_lock; /* the pending table; taken only in copy and sync API callbacks */
+    int learning;                 /* launch callbacks note streams (GITM_KIND_STREAMS) */
+    uint64_t learn_until_ns;
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -376,6 +379,69 @@ static void cancel_detach(void)
     }
 }
 
+/* ---- streams: the CUstream behind a stream id ------------------------------------------------ *
+ * Kernel records name streams by CUPTI's stream id; the stream-priority knob needs the handle. While
+ * a window asks for GITM_KIND_STREAMS, launch API callbacks (runtime and driver) note each new
+ * (context, handle) with its id, for the first LEARN_NS of the window only. Only CUPTI calls here.
+ */
+#define MAX_STREAMS 128
+#define LEARN_NS (100 * 1000 * 1000ULL)
+
+static struct known_stream {
+    CUcontext ctx;
+    CUstream handle;
+    uint32_t id;
+} streams[MAX_STREAMS];
+static unsigned stream_count;
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void learn_stream(CUcontext ctx, CUstream h)
+{
+    if (!h || !ctx) /* the legacy default stream's priority cannot be changed */
+        return;
+    pthread_mutex_lock(&stream_lock);
+    for (unsigned i = 0; i < stream_count; i++)
+        if (streams[i].handle == h && streams[i].ctx == ctx) {
+            pthread_mutex_unlock(&stream_lock);
+            return;
+        }
+    uint32_t id = 0;
+    if (stream_count < MAX_STREAMS && cuptiGetStreamIdEx(ctx, h, 0, &id) == CUPTI_SUCCESS)
+        streams[stream_count++] = (struct known_stream){ctx, h, id};
+    pthread_mutex_unlock(&stream_lock);
+}
+
+static void launch_seen(CUpti_CallbackDomain d, CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
+{
+    const void *a = cb->functionParams;
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API) {
+        if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+            learn_stream(cb->context, (CUstream)((const cudaLaunchKernel_v7000_params *)a)->stream);
+        else if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000)
+            learn_stream(cb->context, (CUstream)((const cudaLaunchKernel_ptsz_v7000_params *)a)->stream);
+        return;
+    }
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz)
+        learn_stream(cb->context, ((const cuLaunchKernel_params *)a)->hStream);
+    else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz) {
+        const CUlaunchConfig *cfg = ((const cuLaunchKernelEx_params *)a)->config;
+        if (cfg)
+            learn_stream(cb->context, cfg->hStream);
+    }
+}
+
+static const struct {
+    CUpti_CallbackDomain domain;
+    CUpti_CallbackId cbid;
+} LAUNCH_CBIDS[] = {
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz},
+};
+
 /* ---- payload samples ------------------------------------------------------------------------- *
  * Small device-to-host copies (a loss that .item() reads each step, a checksum) are sampled while a
  * window is open, for the equivalence checks of experiments. A synchronous copy is read when its API
@@ -450,6 +516,10 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
 {
     (void)u;
     const CUpti_CallbackData *cb = info;
+    if (cb->callbackSite == CUPTI_API_ENTER && __atomic_load_n(&g.learning, __ATOMIC_RELAXED)) {
+        launch_seen(d, cbid, cb);
+        return;
+    }
     if (d != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT || !g.window_id)
         return;
     const void *a = cb->functionParams;
@@ -502,19 +572,42 @@ static const CUpti_CallbackId PAYLOAD_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
 };
 
-/* Called with cupti_lock held, at window open. Failing leaves the window without payload samples. */
-static uint32_t start_payloads(void)
+static void enable_learning(int on)
 {
+    __atomic_store_n(&g.learning, on, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; i++)
+        cuptiEnableCallback(on, g.payload_sub, LAUNCH_CBIDS[i].domain, LAUNCH_CBIDS[i].cbid);
+}
+
+/* Called with cupti_lock held, at window open: one subscriber for payload samples and stream
+ * learning. Failing leaves the window without either. */
+static uint32_t start_payloads(uint32_t mask)
+{
+    if (!(mask & (GITM_KIND_PAYLOAD | GITM_KIND_STREAMS)))
+        return 0;
     if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
         return 0;
-    for (size_t i = 0; i < sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0]; i++) {
-        if (cuptiEnableCallback(1, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, PAYLOAD_CBIDS[i]) != CUPTI_SUCCESS) {
-            cuptiUnsubscribe(g.payload_sub);
-            return 0;
+    g.payload_subscribed = 1;
+    uint32_t got = 0;
+    if (mask & GITM_KIND_PAYLOAD) {
+        got = GITM_KIND_PAYLOAD;
+        for (size_t i = 0; i < sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0]; i++) {
+            if (cuptiEnableCallback(1, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, PAYLOAD_CBIDS[i]) != CUPTI_SUCCESS) {
+                got = 0;
+                break;
+            }
         }
     }
-    g.payload_subscribed = 1;
-    return GITM_KIND_PAYLOAD;
+    if (mask & GITM_KIND_STREAMS) {
+        enable_learning(1);
+        g.learn_until_ns = mono_ns() + LEARN_NS;
+        got |= GITM_KIND_STREAMS;
+    }
+    if (!got) {
+        cuptiUnsubscribe(g.payload_sub);
+        g.payload_subscribed = 0;
+    }
+    return got;
 }
 
 /* Called with cupti_lock held, at window close: the subscriber slot is free again after it. */
@@ -522,6 +615,7 @@ static void stop_payloads(void)
 {
     if (!g.payload_subscribed)
         return;
+    __atomic_store_n(&g.learning, 0, __ATOMIC_RELAXED);
     cuptiUnsubscribe(g.payload_sub);
     g.payload_subscribed = 0;
     pthread_mutex_lock(&g.payload_lock);
@@ -612,14 +706,109 @@ static void open_window(uint32_t id, uint32_t mask)
         if (r == CUPTI_SUCCESS)
             enabled |= KINDS[i].gitm;
     }
-    if (mask & GITM_KIND_PAYLOAD)
-        enabled |= start_payloads();
+    enabled |= start_payloads(mask);
     g.enabled_mask = enabled;
     g.window_id = id;
     g.ring.hdr->window_id = id;
     g.last_flush_ns = mono_ns();
     __atomic_fetch_add(&g.ring.hdr->windows_opened, 1, __ATOMIC_RELAXED);
     gitm_ring_set_status(&g.ring, GITM_STATUS_CAPTURING, 0, "window open");
+}
+
+/* ---- knobs: CUDA calls from the control thread only (never inside a callback) ------------------ */
+
+static void *cuda_fn(const char *name)
+{
+    /* libcuda is loaded (it loaded us), but often RTLD_LOCAL (by libcudart): ask it by handle */
+    static void *lib;
+    if (!lib)
+        lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    return lib ? dlsym(lib, name) : NULL;
+}
+
+typedef CUresult (*ctx_push_fn)(CUcontext);
+typedef CUresult (*ctx_pop_fn)(CUcontext *);
+
+static int32_t knob_stream_priority(const uint64_t *args, uint64_t *out)
+{
+    CUresult (*get_prio)(CUstream, int *) = (CUresult(*)(CUstream, int *))cuda_fn("cuStreamGetPriority");
+    CUresult (*set_attr)(CUstream, CUstreamAttrID, const CUstreamAttrValue *) =
+        (CUresult(*)(CUstream, CUstreamAttrID, const CUstreamAttrValue *))cuda_fn("cuStreamSetAttribute");
+    ctx_push_fn push = (ctx_push_fn)cuda_fn("cuCtxPushCurrent_v2");
+    ctx_pop_fn pop = (ctx_pop_fn)cuda_fn("cuCtxPopCurrent_v2");
+    if (!get_prio || !set_attr || !push || !pop)
+        return -ELIBACC;
+    int64_t want = (int64_t)args[1];
+    if (want < -64 || want > 64)
+        return -EINVAL;
+    struct known_stream ks = {0};
+    int found = 0;
+    pthread_mutex_lock(&stream_lock);
+    for (unsigned i = 0; i < stream_count; i++)
+        if (streams[i].id == (uint32_t)args[0]) {
+            ks = streams[i];
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&stream_lock);
+    if (!found)
+        return -ENOENT;
+    if (push(ks.ctx) != CUDA_SUCCESS)
+        return -ESTALE;
+    int32_t rc = 0;
+    uint32_t id = 0;
+    int before = 0, after = 0;
+    CUresult r;
+    if (cuptiGetStreamIdEx(ks.ctx, ks.handle, 0, &id) != CUPTI_SUCCESS || id != ks.id) {
+        rc = -ESTALE;
+    } else if ((r = get_prio(ks.handle, &before)) != CUDA_SUCCESS) {
+        out[2] = (uint64_t)r;
+        rc = -EIO;
+    } else {
+        if (!args[2]) {
+            CUstreamAttrValue v;
+            memset(&v, 0, sizeof v);
+            v.priority = (int)want;
+            if ((r = set_attr(ks.handle, CU_STREAM_ATTRIBUTE_PRIORITY, &v)) != CUDA_SUCCESS) {
+                out[2] = (uint64_t)r;
+                rc = -EIO;
+            }
+        }
+        if (rc == 0 && (r = get_prio(ks.handle, &after)) != CUDA_SUCCESS) {
+            out[2] = (uint64_t)r;
+            rc = -EIO;
+        }
+        out[0] = (uint64_t)(int64_t)before;
+        out[1] = (uint64_t)(int64_t)after;
+    }
+    CUcontext popped;
+    pop(&popped);
+    return rc;
+}
+
+static int32_t knob_mempool_release(const uint64_t *args, uint64_t *out)
+{
+    CUresult (*get_pool)(CUmemoryPool *, CUdevice) =
+        (CUresult(*)(CUmemoryPool *, CUdevice))cuda_fn("cuDeviceGetDefaultMemPool");
+    CUresult (*get_attr)(CUmemoryPool, CUmemPool_attribute, void *) =
+        (CUresult(*)(CUmemoryPool, CUmemPool_attribute, void *))cuda_fn("cuMemPoolGetAttribute");
+    CUresult (*set_attr)(CUmemoryPool, CUmemPool_attribute, void *) =
+        (CUresult(*)(CUmemoryPool, CUmemPool_attribute, void *))cuda_fn("cuMemPoolSetAttribute");
+    if (!get_pool || !get_attr || !set_attr)
+        return -ELIBACC;
+    CUmemoryPool pool;
+    CUresult r = get_pool(&pool, (CUdevice)args[0]);
+    cuuint64_t before = 0, after = 0, want = (cuuint64_t)args[1];
+    if (r == CUDA_SUCCESS)
+        r = get_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &before);
+    if (r == CUDA_SUCCESS && !args[2])
+        r = set_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &want);
+    if (r == CUDA_SUCCESS)
+        r = get_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &after);
+    out[0] = before;
+    out[1] = after;
+    out[2] = (uint64_t)r;
+    return r == CUDA_SUCCESS ? 0 : (r == CUDA_ERROR_INVALID_DEVICE ? -ENODEV : -EIO);
 }
 
 static void handle_knob(struct gitm_control *c)
@@ -636,6 +825,15 @@ static void handle_knob(struct gitm_control *c)
         c->knob_out[1] = mono_ns();
         c->knob_result = 0;
         break;
+    case GITM_KNOB_STREAM_PRIORITY:
+    case GITM_KNOB_MEMPOOL_RELEASE: {
+        uint64_t args[4], out[4] = {0};
+        memcpy(args, (const void *)c->knob_args, sizeof args);
+        c->knob_result = c->knob_op == GITM_KNOB_STREAM_PRIORITY ? knob_stream_priority(args, out)
+                                                                 : knob_mempool_release(args, out);
+        memcpy((void *)c->knob_out, out, sizeof out);
+        break;
+    }
     default:
         c->knob_result = -ENOSYS;
         break;
@@ -667,6 +865,12 @@ static void step(void)
             close_window("daemon heartbeat stale: window closed by the shim");
             pthread_mutex_unlock(&g.cupti_lock);
         } else {
+            if (g.learning && now >= g.learn_until_ns) {
+                pthread_mutex_lock(&g.cupti_lock);
+                if (g.payload_subscribed)
+                    enable_learning(0); /* a stream used every step has been seen by now */
+                pthread_mutex_unlock(&g.cupti_lock);
+            }
             uint64_t every = (c->flush_interval_ms ? c->flush_interval_ms : 500) * 1000000ULL;
             if (now - g.last_flush_ns >= every) {
                 cuptiActivityFlushAll(0);

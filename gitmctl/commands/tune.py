@@ -1,0 +1,375 @@
+"""`gitmctl tune [--budget S] -- CMD ARGS`: find the launch settings that make CMD faster with its
+outputs unchanged, in short interleaved trials, and store the winner in gitmd's library.
+
+The trials run here, as you (gitmd never runs your command). The first run is the reference: it is
+captured, and gitmd's attribution of it picks the levers its causes select, tried first; the other
+launch levers follow while the budget lasts (``--only-causes`` stops after the selected ones). For
+each lever, ``--rounds`` pairs of runs alternate their order (AB, BA, ...); the metric is each run's
+wall time, or the last number ``--time REGEX`` finds on its stdout (lower is better); the
+equivalence contract (``--metric``, ``--output``, ``--output-numeric``; the exit status always)
+compares each treatment run with its pair's baseline. gitmd decides from those figures (promote
+only when the bootstrap interval's lower bound clears min_gain and the outputs held), keeps the
+experiments, and stores the best lever as a policy of the workload: your later launches of the
+command (`gitmctl run`) get it at once. A numerics-changing lever (TF32) is tried only with a
+contract that compares numbers. Progress goes to stderr; the command's own output is kept in a
+directory named at the start (``-v`` shows it instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitmctl import render
+from gitmctl.client import Client, ClientError, pb
+from gitmctl.commands.run import _contract, _gpus
+from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate
+from gitmd.experiments.tune import lever_env
+from gitmd.levers.base import Kind, Risk
+from gitmd.levers.launch_env import EnvLever
+from gitmd.levers.registry import CATALOG
+
+NAME = "tune"
+MAX_OUTPUT_BYTES = 64 << 20
+PROBE_AFTER_S = 3.0  # into the reference run: past start-up, in its steady steps
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        NAME, parents=[common], help="try launch settings on a command in interleaved trials; keep the best"
+    )
+    p.add_argument("--budget", type=float, default=900.0, help="seconds of trials at most (default 900)")
+    p.add_argument("--rounds", type=int, default=3, help="pairs of runs per lever (default 3, at least 3)")
+    p.add_argument("--levers", default="", help="only these launch levers, comma-separated")
+    p.add_argument(
+        "--only-causes", action="store_true", help="only the levers the reference run's causes select"
+    )
+    p.add_argument(
+        "--time", metavar="REGEX", help="the metric: a number on stdout (last match), lower is better"
+    )
+    p.add_argument(
+        "--min-gain", type=float, default=0.0, help="required speedup, e.g. 0.03 (default: gitmd's)"
+    )
+    p.add_argument("--name", default="", help="job name (default: the command's basename)")
+    p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
+    p.add_argument("--gpus", type=_gpus, default=(), help="GPU indices the command uses, e.g. 0,1")
+    p.add_argument("--metric", metavar="REGEX", help="equivalence: a number on stdout, one capture group")
+    p.add_argument(
+        "--output", metavar="PATH", action="append", default=[], help="equivalence: a file (checksum)"
+    )
+    p.add_argument(
+        "--output-numeric",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="equivalence: numbers within --rtol",
+    )
+    p.add_argument(
+        "--rtol", type=float, default=1e-5, help="relative tolerance for --metric/--output-numeric"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="show the command's output")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+
+@dataclass
+class Trial:
+    value: float
+    wall_s: float
+    exit_code: int
+    job_id: str
+    outputs: Outputs
+
+
+@dataclass
+class Candidate:
+    lever: EnvLever
+    why: str
+    trials: list[tuple[str, Trial]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    checked: set[str] = field(default_factory=set)
+    numbers: bool = False
+
+
+def _say(msg: str) -> None:
+    print(f"gitmctl tune: {msg}", file=sys.stderr, flush=True)
+
+
+class Tuner:
+    def __init__(self, args: argparse.Namespace, client: Client, command: list[str]) -> None:
+        self.args = args
+        self.client = client
+        self.command = command
+        self.cwd = os.getcwd()
+        self.contract_pb = _contract(args, self.cwd)
+        self.contract = Contract(
+            tuple(
+                Check(kind=c.kind, rtol=c.rtol, atol=c.atol, regex=c.regex, path=c.path, compare=c.compare)
+                for c in self.contract_pb.checks
+            )
+            or (Check("exit_status"),)
+        )
+        self.time_rx = re.compile(args.time) if args.time else None
+        self.logs = Path(tempfile.mkdtemp(prefix="gitm-tune-"))
+        self.started = time.monotonic()
+        self.runs = 0
+        self.causes: list[Any] = []
+
+    # -- one run -------------------------------------------------------------------------------
+    def trial(self, env_extra: dict[str, str], capture: bool, label: str) -> Trial:
+        resp = self.client.call(
+            self.client.stub.RegisterJob,
+            pb.RegisterJobRequest(
+                name=self.args.name,
+                command=self.command,
+                cwd=self.cwd,
+                uid=os.getuid(),
+                gid=os.getgid(),
+                capture=capture,
+                launch_key=self.args.launch_key,
+                gpus=self.args.gpus,
+                contract=self.contract_pb,
+                allow_exploration=False,  # nothing else may change under a trial
+            ),
+        )
+        env = {**os.environ, **resp.plan.env, **env_extra}
+        self.runs += 1
+        log = self.logs / f"{self.runs:03d}-{label}.log"
+        t0 = time.monotonic()
+        with open(log, "wb") as err:
+            child = subprocess.Popen(
+                self.command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=None if self.args.verbose else err,
+            )
+            probe = None
+            if capture:
+                probe = threading.Thread(target=self._probe, args=(resp.job_id, child), daemon=True)
+                probe.start()
+            stdout, _ = child.communicate()
+        seconds = time.monotonic() - t0
+        if probe is not None:
+            probe.join(timeout=30)
+        log.write_bytes(log.read_bytes() + b"\n--- stdout ---\n" + stdout)
+        if self.args.verbose:
+            sys.stderr.write(stdout.decode("utf-8", "replace"))
+        code = child.returncode
+        try:
+            self.client.call(
+                self.client.stub.ReportJobExit, pb.ReportJobExitRequest(job_id=resp.job_id, exit_code=code)
+            )
+        except ClientError as e:
+            _say(f"could not report the exit of trial job {resp.job_id}: {e}")
+        text = stdout.decode("utf-8", "replace")
+        value = seconds
+        if self.time_rx is not None:
+            found = [m for m in self.time_rx.findall(text) if _number(m)]
+            if not found:
+                raise ClientError(f"--time {self.args.time!r} found no number in the output ({log})", 2)
+            value = float(found[-1])
+        files = {}
+        for c in self.contract.checks:
+            if c.kind == "output_file":
+                try:
+                    with open(c.path, "rb") as f:
+                        files[c.path] = f.read(MAX_OUTPUT_BYTES)
+                except OSError:
+                    pass  # missing: the contract reports it
+        return Trial(value, seconds, code, resp.job_id, Outputs(exit_status=code, stdout=text, files=files))
+
+    def _probe(self, job_id: str, child: subprocess.Popen[bytes]) -> None:
+        """While the reference run runs: gitmd's attribution of one window of it, taken
+        PROBE_AFTER_S after its first CUDA process appeared (past start-up)."""
+        while child.poll() is None:
+            try:
+                job = self.client.call(self.client.stub.GetJob, pb.GetJobRequest(job_id=job_id))
+            except ClientError:
+                return
+            if job.processes:
+                break
+            time.sleep(0.2)
+        deadline = time.monotonic() + PROBE_AFTER_S
+        while time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        if child.poll() is not None:
+            return
+        try:
+            att = self.client.call(self.client.stub.GetAttribution, pb.GetAttributionRequest(job_id=job_id))
+            self.causes = [c for c in att.causes if c.above_threshold]
+        except ClientError as e:
+            _say(f"no attribution of the reference run ({e}); trying the launch levers in catalog order")
+
+    # -- the whole tune -------------------------------------------------------------------------
+    def candidates(self) -> list[Candidate]:
+        launch = {n: c for n, c in CATALOG.items() if c.kind is Kind.LAUNCH and issubclass(c, EnvLever)}
+        wanted = [x.strip() for x in self.args.levers.split(",") if x.strip()]
+        for n in wanted:
+            if n not in launch:
+                raise ClientError(
+                    f"--levers: {n!r} is not a launch lever (known: {', '.join(sorted(launch))})", 2
+                )
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for c in self.causes:
+            for n in c.levers:
+                if n in launch and n not in seen and (not wanted or n in wanted):
+                    seen.add(n)
+                    out.append(
+                        Candidate(launch[n](), f"{c.name} cost {100 * c.share:.0f}% of the reference run")
+                    )
+        if not self.args.only_causes:
+            for n in wanted or sorted(launch):
+                if n not in seen:
+                    seen.add(n)
+                    out.append(Candidate(launch[n](), "asked for" if wanted else "catalog"))
+        numbers = any(c.kind in ("stdout_metric", "output_file", "payload") for c in self.contract.checks)
+        kept = []
+        for cand in out:
+            if cand.lever.risk is Risk.NUMERICS and not numbers:
+                _say(
+                    f"skipping {cand.lever.name}: it changes numerics and the contract compares no numbers "
+                    "(give --metric REGEX or --output-numeric PATH)"
+                )
+                continue
+            kept.append(cand)
+        return kept
+
+    def left(self) -> float:
+        return self.args.budget - (time.monotonic() - self.started)
+
+    def run(self) -> tuple[Trial, list[Candidate]]:
+        _say(f"reference run (captured); logs in {self.logs}")
+        ref = self.trial({}, capture=True, label="reference")
+        if ref.exit_code != 0:
+            raise ClientError(
+                f"the command failed (exit {ref.exit_code}); nothing to tune (log: {self.logs})", 1
+            )
+        _say(f"reference: {ref.value:.3f} {self.unit()}")
+        for c in self.causes:
+            _say(
+                f"cause: {c.name} ({100 * c.share:.0f}% of the window) -> {', '.join(c.levers) or 'no lever'}"
+            )
+        cands = self.candidates()
+        typical = ref.wall_s
+        done: list[Candidate] = []
+        for i, cand in enumerate(cands, 1):
+            need = 2 * self.args.rounds * max(typical, 0.1)
+            if need > self.left():
+                _say(f"budget: {self.left():.0f} s left, {need:.0f} s needed per lever; stopping before "
+                     f"{', '.join(c.lever.name for c in cands[i - 1:])}")  # fmt: skip
+                break
+            env = lever_env(cand.lever)
+            _say(f"[{i}/{len(cands)}] {cand.lever.describe()} ({cand.why}): {env}")
+            for r in range(self.args.rounds):
+                pair: dict[str, Trial] = {}
+                for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                    t = self.trial(
+                        env if arm == "B" else {}, capture=False, label=f"{cand.lever.name}-{arm}{r}"
+                    )
+                    pair[arm] = t
+                    cand.trials.append((arm, t))
+                    _say(f"    round {r + 1}/{self.args.rounds} {arm}: {t.value:.3f} {self.unit()}")
+                v = evaluate(self.contract, pair["A"].outputs, pair["B"].outputs)
+                cand.failures += [f"round {r + 1}: {f}" for f in v.failures]
+                cand.checked |= set(v.checked)
+                cand.numbers = cand.numbers or v.numbers_checked
+            typical = statistics.median(t.wall_s for _, t in cand.trials)
+            done.append(cand)
+        return ref, done
+
+    def unit(self) -> str:
+        return "s" if self.time_rx is None else f"(/{self.args.time}/)"
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print(
+            "gitmctl tune: no command given (usage: gitmctl tune [--budget S] -- CMD ARGS)", file=sys.stderr
+        )
+        return 2
+    if args.rounds < 3:
+        print("gitmctl tune: --rounds must be at least 3 (a decision needs three pairs)", file=sys.stderr)
+        return 2
+    if not args.budget > 0:
+        print("gitmctl tune: --budget must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if args.time:
+        try:
+            if re.compile(args.time).groups != 1:
+                raise re.error("needs exactly one capture group")
+        except re.error as e:
+            print(f"gitmctl tune: --time: {e}", file=sys.stderr)
+            return 2
+    client.timeout_s = max(client.timeout_s, 30.0)  # the reference attribution takes a window
+    tuner = Tuner(args, client, command)
+    ref, done = tuner.run()
+    if not done:
+        _say("no lever was tried; nothing to record")
+        if args.json:
+            print(json.dumps({"reference": ref.value, "experiments": [], "note": "no lever tried"}))
+        return 0
+    req = pb.RecordTuneRequest(
+        job_id=ref.job_id,
+        metric=args.time or "wall seconds",
+        min_gain=args.min_gain,
+        levers=[
+            pb.TuneLever(
+                lever=c.lever.name,
+                setting_json=json.dumps(c.lever.setting),
+                trials=[
+                    pb.TuneTrial(arm=a, value=t.value, job_id=t.job_id, exit_code=t.exit_code)
+                    for a, t in c.trials
+                ],
+                checked=sorted(c.checked),
+                failures=c.failures,
+                numbers_checked=c.numbers,
+            )
+            for c in done
+        ],
+    )
+    resp = client.call(client.stub.RecordTune, req)
+    if args.json:
+        render.print_json(resp)
+        return 0
+    render.table(
+        ("LEVER", "STATE", "SPEEDUP", "95% CI", "PAIRS", "WHY"),
+        [
+            (
+                e.lever,
+                e.state,
+                f"{e.speedup:.3f}x" if e.HasField("speedup") else "-",
+                f"{e.ci_low:.3f}-{e.ci_high:.3f}" if e.HasField("ci_low") else "-",
+                str(e.pairs or "-"),
+                e.reason[:90],
+            )
+            for e in resp.experiments
+        ],
+    )
+    print(resp.note)
+    if resp.HasField("policy"):
+        env = " ".join(f"{k}={v}" for k, v in sorted(resp.policy.env.items()))
+        print(f"policy {resp.policy.id}: {env}  (later `gitmctl run` launches of this command get it)")
+    return 0

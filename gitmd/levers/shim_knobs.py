@@ -1,0 +1,134 @@
+"""Live levers inside the job's process, through the shim's control page (knob commands).
+
+The shim runs each command on its own thread, never inside a CUPTI callback, and acknowledges it
+with a result and outputs (``gitm_shim.h``: GITM_KNOB_*). ``capture`` reads the current value with a
+query-only command, so ``revert`` restores what the process had, not a default. The target names
+the ring file of each process (``Target.rings``): a restarted gitmd reverts through the same file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from gitmd.levers.base import Kind, Lever, LeverError, Target
+
+UINT64 = (1 << 64) - 1
+_WHY = {
+    -errno.ENOENT: "the shim has not seen a kernel launch on that stream yet",
+    -errno.ESTALE: "that stream is gone",
+    -errno.ENOSYS: "the shim in the process does not know this knob (an older shim)",
+    -errno.ELIBACC: "the shim could not find libcuda's functions in the process",
+    -errno.EINVAL: "the shim refused the value",
+    -errno.ENODEV: "no such device in the process",
+    -errno.EIO: "the CUDA call failed",
+}
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class KnobLever(Lever):
+    kind = Kind.LIVE_SHIM
+    op_name: ClassVar[str]
+
+    def _pid(self) -> int:
+        try:
+            return int(self.setting["pid"])
+        except (KeyError, TypeError, ValueError):
+            raise LeverError(f"{self.name}: the setting names no process (pid)") from None
+
+    def send(self, target: Target, args: tuple[int, ...]) -> list[int]:
+        from gitmd.capture.ring import Ring, RingError  # the capture package loads cffi: only when used
+
+        pid = self._pid()
+        path = target.rings.get(pid)
+        if path is None:
+            raise LeverError(f"{self.name}: no shim ring for pid {pid} (the process is not captured)")
+        try:
+            ring = Ring(path, owner_uid=target.owner_uid)
+        except RingError as e:
+            raise LeverError(f"{self.name}: {e}") from None
+        try:
+            if ring.pid != pid:
+                raise LeverError(f"{self.name}: {path} belongs to pid {ring.pid}, not {pid}")
+            op = ring.abi.const(self.op_name)
+            try:
+                rc, out = ring.knob(op, tuple(a & UINT64 for a in args))
+            except TimeoutError as e:
+                raise LeverError(f"{self.name}: {e}") from None
+        finally:
+            ring.close()
+        if rc != 0:
+            why = _WHY.get(rc, os.strerror(-rc) if rc < 0 else str(rc))
+            cu = f" (CUresult {out[2]})" if rc == -errno.EIO else ""
+            raise LeverError(f"{self.name} on pid {pid}: {why}{cu}")
+        return out
+
+
+class StreamPriority(KnobLever):
+    """Raise the priority of the stream the host waits on, so its kernels go ahead of the
+    process's other streams' (priority orders kernels only; it does not preempt)."""
+
+    name = "stream_priority"
+    causes = frozenset({"stream_starved"})
+    op_name = "GITM_KNOB_STREAM_PRIORITY"
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"stream:{self.setting.get('pid')}:{self.setting.get('stream')}"})
+
+    def _stream(self) -> int:
+        return int(self.setting.get("stream", 0))
+
+    def _query(self, target: Target) -> int:
+        return _signed(self.send(target, (self._stream(), 0, 1))[0])
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"priority": self._query(target)}
+
+    def apply(self, target: Target) -> None:
+        self.send(target, (self._stream(), int(self.setting.get("priority", -5)), 0))
+
+    def verify(self, target: Target) -> None:
+        want = int(self.setting.get("priority", -5))
+        now = self._query(target)
+        if now != want:
+            raise LeverError(f"stream_priority: stream {self._stream()} runs at priority {now}, not {want}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        self.send(target, (self._stream(), int(saved["priority"]), 0))
+
+
+class MempoolRelease(KnobLever):
+    """The release threshold of the device's default memory pool (cudaMallocAsync users): keep
+    freed memory in the pool instead of returning it to the driver at every synchronization."""
+
+    name = "mempool_release"
+    causes = frozenset({"allocator"})
+    op_name = "GITM_KNOB_MEMPOOL_RELEASE"
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"mempool:{self.setting.get('pid')}:{self.setting.get('device', 0)}"})
+
+    def _device(self) -> int:
+        return int(self.setting.get("device", 0))
+
+    def _want(self) -> int:
+        return int(self.setting.get("bytes", UINT64))
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"bytes": self.send(target, (self._device(), 0, 1))[0]}
+
+    def apply(self, target: Target) -> None:
+        self.send(target, (self._device(), self._want(), 0))
+
+    def verify(self, target: Target) -> None:
+        now = self.send(target, (self._device(), 0, 1))[0]
+        if now != self._want():
+            raise LeverError(f"mempool_release: the pool's threshold is {now}, not {self._want()}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        self.send(target, (self._device(), int(saved["bytes"]), 0))
