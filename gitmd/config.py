@@ -70,6 +70,16 @@ class CaptureConfig:
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
 
 
+LAUNCH_LEVERS = (
+    "tf32_override",
+    "alloc_expandable_segments",
+    "alloc_gc_threshold",
+    "alloc_max_split_size",
+    "cuda_device_max_connections",
+    "cpu_threads",
+)
+
+
 @dataclass(frozen=True)
 class ExperimentsConfig:
     enabled: bool = True  # live experiments on jobs whose registration allows exploration
@@ -77,6 +87,9 @@ class ExperimentsConfig:
     rounds: int = 4  # AB/BA pairs per experiment
     settle_s: float = 0.5  # after applying, before the treatment window
     live_levers: tuple[str, ...] = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release")
+    # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
+    launch_levers: tuple[str, ...] = LAUNCH_LEVERS
+    run_rounds: int = 3  # AB/BA pairs of runs per launch trial
 
 
 @dataclass(frozen=True)
@@ -275,6 +288,12 @@ def _live_levers(v: Any) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _launch_levers(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or any(x not in LAUNCH_LEVERS for x in v):
+        raise ValueError(f"must be a list drawn from {', '.join(LAUNCH_LEVERS)}")
+    return tuple(v)
+
+
 def _kinds(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not v or any(k not in CAPTURE_KINDS for k in v):
         raise ValueError(f"must be a non-empty list drawn from {', '.join(CAPTURE_KINDS)}")
@@ -315,6 +334,8 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "rounds": _int_range(3, 50),
         "settle_s": _nonneg_float,
         "live_levers": _live_levers,
+        "launch_levers": _launch_levers,
+        "run_rounds": _int_range(3, 50),
     },
     "access": {
         "read_group": _string,

@@ -40,11 +40,12 @@ from gitmd.experiments.decide import Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Intervention, Interventions
 from gitmd.experiments.live import Experiment, ExperimentStore, LiveExperiment, Measurement, decision_json
-from gitmd.experiments.tune import TunedLever, tune_lever
+from gitmd.experiments.runs import MAX_SPOILED, LaunchTrials, decide_trial
+from gitmd.experiments.tune import TunedLever, lever_env, tune_lever
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
-from gitmd.levers.base import Lever, LeverError, Target
+from gitmd.levers.base import Lever, LeverError, Risk, Target
 from gitmd.levers.host import gpu_local_cpus, quiet_cpus
 from gitmd.levers.launch_env import EnvLever
 from gitmd.levers.registry import CATALOG
@@ -141,6 +142,9 @@ class Service:
         self._exp_lock = threading.Lock()
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
+        self.trials = LaunchTrials(jobs.store)
+        self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
+        self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
@@ -231,6 +235,8 @@ class Service:
                 policy_status=policy.status if policy else "",
             )
             self._policies[job.id] = policy.id if policy else 0
+            if reg.allow_exploration and plan.capture and self.config.experiments.enabled:
+                plan = self._trial_arm(job, workload.id, plan)
         if capture and self.capture is None:
             plan = LaunchPlan(
                 plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False
@@ -242,6 +248,121 @@ class Service:
         view = self._view(job)
         self._publish("registered", view)
         return view, plan
+
+    def _trial_arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
+        """A launch trial of the workload runs: this launch is its next run, arm A or B."""
+        got = self.trials.assign(workload_id, job.id, job.uid)
+        if got is None:
+            return plan
+        t, arm = got
+        self._trial_runs[job.id] = t.id
+        # the lever's variables are never gitmd's own (a policy may not set those)
+        env = {**plan.env, **lever_env(t.lever_obj())} if arm == "B" else plan.env
+        total = 2 * self.config.experiments.run_rounds
+        note = (
+            f"launch trial {t.id}: {t.lever_obj().describe()}, arm {arm} "
+            f"({'with' if arm == 'B' else 'without'} it; run {len(t.runs)} of at least {total})"
+        )
+        log.info("job %s (%s): %s", job.id, job.name, note)
+        return dataclasses.replace(plan, env=env, trial=note)
+
+    def _trial_run_ended(self, job_id: str, exit_code: int | None, metrics: dict[str, list[float]]) -> None:
+        tid = self._trial_runs.pop(job_id, None)
+        step_ms = self._run_steps.pop(job_id, [])
+        if tid is None:
+            return
+        t = self.trials.finish_run(job_id, tid, step_ms, exit_code, metrics)
+        if t is None:
+            return
+        cfg = self.config.experiments
+        job = self.jobs.get(job_id)
+        if t.spoiled() >= MAX_SPOILED:
+            why = f"{t.spoiled()} runs showed no steps (too short for a capture window?)"
+            self.trials.end(t, "abandoned", {"promote": False, "reason": why})
+            log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
+            return
+        d = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain)
+        if d is None:
+            return
+        lever = t.lever_obj()
+        decision = {**decision_json(d), "runs": [r["job_id"] for r in t.runs]}
+        self.trials.end(t, "promoted" if d.promote else "reverted", decision)
+        now = time.time_ns()
+        arms = [
+            {
+                "arm": r["arm"],
+                "window_id": 0,
+                "step_ms": r.get("step_ms"),
+                "at_ns": now,
+                "job_id": r["job_id"],
+            }
+            for r in t.runs
+        ]
+        e = self.experiments.record(
+            job.id, lever, t.cause, "promoted" if d.promote else "reverted", arms,
+            {**decision, "launch_trial": t.id},
+        )  # fmt: skip
+        log.info("launch trial %d (%s on workload %s): %s — %s", t.id, lever.describe(), t.workload_id,
+                 "promoted" if d.promote else "reverted", d.reason)  # fmt: skip
+        if d.promote and d.interval is not None:
+            # numbers the launcher reported decided the contract: the policy serves that user only
+            reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
+            self.library.add_policy(
+                t.workload_id,
+                lever_env(lever),
+                "validated",
+                d.interval.speedup,
+                (d.interval.low, d.interval.high),
+                {
+                    "source": "runs",
+                    "launch_trial": t.id,
+                    "experiment": e.id,
+                    "lever": lever.describe(),
+                    "pairs": d.interval.pairs,
+                    "runs": [r["job_id"] for r in t.runs],
+                    "scheduler_job_ids": sorted(
+                        {self.jobs.get(r["job_id"]).scheduler_job_id for r in t.runs} - {""}
+                    ),
+                    "reason": d.reason,
+                    "scope_uid": job.uid if reported else None,
+                },
+                gpu_model=self._gpus[0].name if self._gpus else "",
+                driver=self.backend.driver_version() or "",
+            )
+
+    def _maybe_plan_trial(self, job_id: str) -> None:
+        """After a duty window: a cause above threshold that a launch lever addresses plans a
+        launch trial for the job's workload (one at a time, one per lever)."""
+        cfg = self.config.experiments
+        job = self.jobs.get(job_id)
+        if not cfg.enabled or not job.allow_exploration or not job.workload_id:
+            return
+        if self.trials.running(job.workload_id) is not None:
+            return
+        try:
+            report = self.attribution(job_id)
+        except GitmdError:
+            return
+        tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
+        reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
+        for cause in report.causes:
+            if not cause.above_threshold:
+                continue
+            for name in cause.levers:
+                if name not in cfg.launch_levers or name in tried:
+                    continue
+                lever = make_lever(name)
+                if not isinstance(lever, EnvLever):
+                    continue
+                if lever.risk is Risk.NUMERICS and not reported:
+                    continue  # its numbers could not be compared across runs (payloads come per window)
+                t = self.trials.plan(job.workload_id, lever, cause.name)
+                if t is not None:
+                    log.info(
+                        "workload %s: %s costs %.0f%% of run %s; its next launches try %s (launch trial %d)",
+                        job.workload_id, cause.name, 100 * cause.share, job_id, lever.describe(), t.id,
+                    )  # fmt: skip
+                return
 
     def _view(self, job: Job) -> JobView:
         procs = self.capture.processes(job.id) if self.capture is not None else []
@@ -289,8 +410,14 @@ class Service:
                 tracked |= {status.pid for status, _ in self.capture.processes(job_id)}
         return untracked(self.sampler.latest(), tracked, os.getpid())
 
-    def report_exit(self, job_id: str, exit_code: int) -> JobView:
+    def report_exit(
+        self, job_id: str, exit_code: int, metrics: dict[str, list[float]] | None = None
+    ) -> JobView:
         self._end_experiments(job_id, "the job exited")
+        try:
+            self._trial_run_ended(job_id, exit_code, metrics or {})
+        except Exception:
+            log.exception("recording job %s's run of its launch trial failed", job_id)
         if self.capture is not None:
             self.capture.untrack(job_id)
         self._forget(job_id)
@@ -396,6 +523,7 @@ class Service:
         self._after_window(w)
         try:
             self._maybe_experiment(job_id)
+            self._maybe_plan_trial(job_id)
         except Exception:
             log.exception("planning an experiment on job %s failed", job_id)
         kernels = sum(len(p.records.kernels) for p in w.processes)
@@ -438,6 +566,7 @@ class Service:
             else:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
             self._end_experiments(job.id, "the job was lost")
+            self._trial_run_ended(job.id, None, {})
             if self.capture is not None:
                 self.capture.untrack(job.id)
                 self._forget(job.id)
@@ -462,6 +591,9 @@ class Service:
         job = self.jobs.get(window.job_id)
         if steps is not None:
             self._steps[window.job_id] = steps
+            if window.job_id in self._trial_runs and steps.stats.found and steps.stats.steps > 0:
+                per_step = (window.end_real_ns - window.start_real_ns) / 1e6 / steps.stats.steps
+                self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
             if sig is not None:
@@ -506,6 +638,8 @@ class Service:
         with self._exp_lock:
             if job_id in self._exp_running:
                 return
+        if job_id in self._trial_runs:
+            return  # a run of a launch trial: nothing else may change under it
         job = self.jobs.get(job_id)
         if not job.allow_exploration or job.state not in ("registered", "running"):
             return

@@ -5,12 +5,18 @@ If gitmd cannot be reached the command runs exactly as it would without gitmd (a
 if gitmd refuses the registration (a bad contract or name), nothing runs and the exit status is 2.
 SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to CMD; SIGINT and SIGQUIT from the terminal
 reach CMD directly (same process group), so gitmctl ignores them and waits for CMD.
+
+With ``--metric REGEX`` CMD's stdout passes through gitmctl (a pipe, not the terminal) so the
+numbers it prints can be reported with the exit: across runs of a recurring job they are the
+outputs gitmd's launch trials compare (gitmd never reads a job's stdout itself). When gitmd puts
+this launch in a launch trial, a note on stderr says which arm it got.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +27,7 @@ from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+MAX_METRIC_VALUES = 100_000
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -111,6 +118,8 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             _note(w)
         if args.verbose:
             _note(f"job {job_id} ({resp.job.name}), capture {'on' if resp.plan.capture else 'off'}")
+        if resp.plan.trial:
+            _note(resp.plan.trial)
         if resp.plan.policy_id:
             _note(
                 f"known workload {resp.plan.workload_id}: launching with its {resp.plan.policy_status} "
@@ -123,8 +132,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             return e.exit_code
         _note(f"{str(e).splitlines()[0]}; running the command untraced")  # gitmd unreachable
         client = None
+    # With a stdout metric in the contract, stdout passes through a pipe so its numbers can be
+    # reported at exit (gitmd never sees a job's stdout): the launch trials' contract needs them.
+    scan = [re.compile(args.metric)] if args.metric and client is not None else []
     try:
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
     except OSError as e:
         print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
         code = 127 if isinstance(e, FileNotFoundError) else 126
@@ -141,16 +153,41 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         signal.signal(sig, forward)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    found: list[float] = []
+    if scan and child.stdout is not None:
+        out = sys.stdout.buffer
+        for line in iter(child.stdout.readline, b""):
+            try:
+                out.write(line)
+                out.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # our reader went away: the job runs on; keep scanning
+            if len(found) < MAX_METRIC_VALUES:
+                found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if _number(m)]
     status = child.wait()
-    _report(client, job_id, status, args.verbose)
+    metrics = [pb.StdoutMetric(regex=args.metric, values=found)] if scan else []
+    _report(client, job_id, status, args.verbose, metrics)
     return 128 - status if status < 0 else status
 
 
-def _report(client: Client | None, job_id: str, status: int, verbose: bool) -> None:
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _report(
+    client: Client | None, job_id: str, status: int, verbose: bool, metrics: list[Any] | None = None
+) -> None:
     if client is None or not job_id:
         return
     try:
-        client.call(client.stub.ReportJobExit, pb.ReportJobExitRequest(job_id=job_id, exit_code=status))
+        client.call(
+            client.stub.ReportJobExit,
+            pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or []),
+        )
     except ClientError as e:
         if verbose:
             _note(f"could not report the exit to gitmd: {e}")

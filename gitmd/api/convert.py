@@ -137,6 +137,7 @@ def plan_to_pb(plan: LaunchPlan) -> Any:
         workload_id=plan.workload_id,
         policy_id=plan.policy_id,
         policy_status=plan.policy_status,
+        trial=plan.trial,
     )
 
 

@@ -175,7 +175,10 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             raise self._deny(
                 caller, "ReportJobExit", job.id, f"job {job.id} belongs to uid {job.uid}, not {caller.name}"
             )
-        view = self.svc.report_exit(job.id, request.exit_code)
+        if len(request.metrics) > 32 or any(len(m.values) > 100_000 for m in request.metrics):
+            raise InvalidArgumentError("at most 32 stdout metrics of at most 100000 values each")
+        metrics = {m.regex[:1000]: [float(v) for v in m.values] for m in request.metrics}
+        view = self.svc.report_exit(job.id, request.exit_code, metrics)
         self.gate.record(
             caller, "ReportJobExit", "ok", job.id, f"exit {request.exit_code}", job.scheduler_job_id
         )

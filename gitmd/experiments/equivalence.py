@@ -84,6 +84,15 @@ class Outputs:
     stdout: str = ""
     payloads: tuple[float, ...] = ()  # scalar device-to-host samples, in order (e.g. the loss)
     files: dict[str, bytes] = field(default_factory=dict)  # output_file path -> contents
+    # stdout_metric regex -> the numbers it found, when the launcher scanned stdout itself (runs
+    # launched by `gitmctl run`, whose stdout gitmd never sees); otherwise ``stdout`` is parsed
+    metrics: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def metric(self, regex: str) -> np.ndarray:
+        if regex in self.metrics:
+            return np.asarray(self.metrics[regex], dtype=np.float64)
+        rx = re.compile(regex)
+        return np.array([float(m) for m in rx.findall(self.stdout) if _is_number(m)], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -144,9 +153,7 @@ def evaluate(contract: Contract, baseline: Outputs, treatment: Outputs) -> Verdi
             if why:
                 failures.append(why)
         elif c.kind == "stdout_metric":
-            rx = re.compile(c.regex)
-            a = np.array([float(m) for m in rx.findall(baseline.stdout) if _is_number(m)], dtype=np.float64)
-            b = np.array([float(m) for m in rx.findall(treatment.stdout) if _is_number(m)], dtype=np.float64)
+            a, b = baseline.metric(c.regex), treatment.metric(c.regex)
             checked.append(f"stdout metric /{c.regex}/")
             numbers = True
             why = _compare(f"stdout metric /{c.regex}/", a, b, c.rtol, c.atol)

@@ -19,6 +19,7 @@ class LaunchPlan:
     workload_id: str = ""
     policy_id: int = 0
     policy_status: str = ""
+    trial: str = ""  # a launch trial's arm for this launch, in words
 
 
 def find_shim(configured: Path | None) -> tuple[Path | None, str | None]:

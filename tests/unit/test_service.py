@@ -112,3 +112,95 @@ def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
     del svc._exp_running[view.job.id]
     svc.duty_cycle()
     assert submitted == [view.job.id, view.job.id]
+
+
+def _recurring(svc: Service, key: str) -> str:
+    import json as _json
+
+    doc = {
+        "format": "gitm-library",
+        "version": 1,
+        "workloads": [
+            {
+                "id": "00c0ffee0003",
+                "name": "train",
+                "signature": {"sequence": ["sgemm"], "shares": {"sgemm": 1.0}},
+                "first_seen_ns": 1,
+                "last_seen_ns": 2,
+                "run_count": 1,
+                "launch_keys": [key],
+                "policies": [],
+            }
+        ],
+    }
+    svc.import_library(_json.dumps(doc).encode())
+    return "00c0ffee0003"
+
+
+def _run(
+    svc: Service, contract: object, step_ms: float | None, loss: float
+) -> tuple[str, str, dict[str, str]]:
+    from gitmd.experiments.equivalence import Contract
+
+    assert isinstance(contract, Contract)
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, plan = svc.register_job(dataclasses_replace(reg, contract=contract))
+    if step_ms is not None:  # what its capture windows measured (a GPU job's windows; none here)
+        svc._run_steps[view.job.id] = [step_ms, step_ms]
+    svc.report_exit(view.job.id, 0, {r"loss=(\S+)": [loss]})
+    arm = plan.trial.split("arm ")[1][0] if plan.trial else "-"
+    return view.job.id, arm, plan.env
+
+
+def dataclasses_replace(obj: Registration, **kw: object) -> Registration:
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)  # type: ignore[arg-type]
+
+
+def test_launch_trial_across_runs_promotes_and_the_next_launch_gets_the_policy(tmp_path: Path) -> None:
+    from gitmd.experiments.equivalence import Check, Contract
+    from gitmd.levers.registry import make
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    t = svc.trials.plan(wid, make("tf32_override"), "fp32_gemm")  # as a window's attribution plans it
+    assert t is not None and svc.trials.plan(wid, make("cpu_threads"), "x") is None  # one at a time
+    arms = []
+    for i in range(6):
+        arm_b = i in (1, 2, 5)  # the order the trial hands out: A B, B A, A B
+        _, arm, env = _run(svc, contract, 2.0 if arm_b else 10.0, 1.001 if arm_b else 1.0)
+        arms.append(arm)
+        assert (env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1") == (arm == "B")
+    assert arms == ["A", "B", "B", "A", "A", "B"]
+    (done,) = svc.trials.of_workload(wid)
+    assert done.state == "promoted" and done.decision["low"] > 4
+    w = svc.workload(wid)
+    (policy,) = w.policies
+    assert policy.env == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and policy.evidence["source"] == "runs"
+    assert policy.evidence["scope_uid"] == os.getuid()  # numbers the launcher reported: its user's
+    _, arm, env = _run(svc, contract, 2.0, 1.0)
+    assert arm == "-" and env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"  # at launch, no trial
+
+
+def test_launch_trial_with_changed_outputs_or_no_steps_is_not_promoted(tmp_path: Path) -> None:
+    from gitmd.experiments.equivalence import Check, Contract
+    from gitmd.levers.registry import make
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-4)))
+    svc.trials.plan(wid, make("tf32_override"), "fp32_gemm")
+    for i in range(6):
+        arm_b = i in (1, 2, 5)
+        _run(svc, contract, 2.0 if arm_b else 10.0, 1.01 if arm_b else 1.0)  # faster, loss moved 1%
+    (t,) = svc.trials.of_workload(wid)
+    assert t.state == "reverted" and "outputs changed" in t.decision["reason"]
+    assert svc.workload(wid).policies == ()
+
+    svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator")
+    for _ in range(6):
+        _run(svc, contract, None, 1.0)  # runs too short for a window: no step time
+    t2 = svc.trials.of_workload(wid)[-1]
+    assert t2.state == "abandoned" and "no steps" in t2.decision["reason"]

@@ -1,0 +1,63 @@
+"""Launch levers across runs of a recurring job on the H200, gitmd unattended: the same fp32
+training command launched again and again with `gitmctl run` (its contract: the loss on stdout
+within 1%). gitmd's attribution of the first run finds fp32 GEMMs and plans a TF32 launch trial;
+the next six launches get arms A/B in their plans (AB, BA, AB), each run's time per step comes from
+gitmd's own windows; the trial is promoted and the eighth launch gets TF32 at launch, no trial."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.gpu.test_experiments import W, keep_log, out
+from tests.integration.conftest import Daemon, command, free_port
+
+CONFIG = """
+[telemetry]
+backend = "nvml"
+[metrics]
+port = {port}
+[capture]
+window_every_s = 1
+window_duration_s = 0.5
+"""
+
+
+@pytest.mark.timeout(500)
+def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: Any) -> None:
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    runs = []
+    try:
+        for i in range(8):
+            r = subprocess.run(
+                [*command("gitmctl"), "--socket", str(d.socket), "run", "--metric", r"loss=(\S+)",
+                 "--rtol", "1e-2", "--", sys.executable, str(W / "mlp_train.py"), "--batch", "4096",
+                 "--hidden", "4096", "--steps", "1500"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr[-2000:]
+            runs.append(
+                {"run": i + 1, "stderr": r.stderr.strip().splitlines()[-3:], "result": r.stdout.split()[-3:]}
+            )
+        out("launch-trial-runs.json", runs)
+        lib = json.loads(
+            subprocess.run(
+                [*command("gitmctl"), "--socket", str(d.socket), "library", "list", "--json"],
+                capture_output=True, text=True, check=True,
+            ).stdout
+        )  # fmt: skip
+        out("launch-trial-library.json", lib)
+        notes = [" ".join(x["stderr"]) for x in runs]
+        assert "launch trial" in notes[1] and "arm A" in notes[1], notes
+        assert "arm B" in notes[2] and "arm B" in notes[3], notes
+        (w,) = lib["workloads"]
+        (p,) = w["policies"]
+        assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["status"] == "validated"
+        assert json.loads(p["evidence_json"])["source"] == "runs" and p["ci_low"] >= 1.03
+        assert "launching with its validated policy" in notes[7] and "launch trial" not in notes[7], notes[7]
+    finally:
+        keep_log(d, "gitmd-launch-trials.log")
