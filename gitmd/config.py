@@ -77,6 +77,9 @@ LAUNCH_LEVERS = (
     "alloc_max_split_size",
     "cuda_device_max_connections",
     "cpu_threads",
+    "cudnn_benchmark",
+    "dataloader_pin_memory",
+    "dataloader_workers",
 )
 
 

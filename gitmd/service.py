@@ -47,7 +47,7 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.levers.base import Lever, LeverError, Risk, Target
 from gitmd.levers.host import gpu_local_cpus, quiet_cpus
-from gitmd.levers.launch_env import EnvLever
+from gitmd.levers.launch_env import EnvLever, with_site
 from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
 from gitmd.store.audit import Audit
@@ -237,6 +237,7 @@ class Service:
             self._policies[job.id] = policy.id if policy else 0
             if reg.allow_exploration and plan.capture and self.config.experiments.enabled:
                 plan = self._trial_arm(job, workload.id, plan)
+        plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
         if capture and self.capture is None:
             plan = LaunchPlan(
                 plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
+from gitmd.levers.launch_env import python_path
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -114,6 +115,9 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         )
         job_id = resp.job_id
         env.update(resp.plan.env)
+        site = python_path(resp.plan.env, os.environ.get("PYTHONPATH"))  # framework knobs
+        if site:
+            env["PYTHONPATH"] = site
         for w in resp.plan.warnings:
             _note(w)
         if args.verbose:

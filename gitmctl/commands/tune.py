@@ -37,7 +37,7 @@ from gitmctl.commands.run import _contract, _gpus
 from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate
 from gitmd.experiments.tune import lever_env
 from gitmd.levers.base import Kind, Risk
-from gitmd.levers.launch_env import EnvLever
+from gitmd.levers.launch_env import EnvLever, python_path, with_site
 from gitmd.levers.registry import CATALOG
 
 NAME = "tune"
@@ -142,7 +142,10 @@ class Tuner:
                 allow_exploration=False,  # nothing else may change under a trial
             ),
         )
-        env = {**os.environ, **resp.plan.env, **env_extra}
+        env = {**os.environ, **with_site({**resp.plan.env, **env_extra})}
+        site = python_path(env, os.environ.get("PYTHONPATH"))
+        if site:
+            env["PYTHONPATH"] = site
         self.runs += 1
         log = self.logs / f"{self.runs:03d}-{label}.log"
         t0 = time.monotonic()

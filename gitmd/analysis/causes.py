@@ -43,7 +43,7 @@ TF32_SPEEDUP = 5.5  # fp32 MLP training with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 
 # Cause -> lever classes (gitmd/levers, the levers issue). The experiment engine reads only this.
 LEVERS: dict[str, tuple[str, ...]] = {
     "host_contention": ("cpu_affinity", "sched_priority"),
-    "launch_bound": ("cpu_affinity", "sched_priority", "cuda_device_max_connections"),
+    "launch_bound": ("cpu_affinity", "sched_priority", "cuda_device_max_connections", "dataloader_workers"),
     "sync_stall": ("cpu_affinity", "sched_priority"),
     "pageable_copy": ("pin_host_buffer", "dataloader_pin_memory"),
     "allocator": (

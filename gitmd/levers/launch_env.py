@@ -8,9 +8,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from gitmd.levers.base import Kind, Lever, LeverError, Risk, Target
+
+# gitmd's sitecustomize for the framework knobs (GITMD_* variables); a launch plan that holds one
+# of them names this directory in GITM_SITE and the launcher puts it first on PYTHONPATH.
+SITE_DIR = Path(__file__).resolve().parent / "site"
+KNOB_PREFIX = "GITMD_"
+
+
+def with_site(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus GITM_SITE when a framework knob is in it."""
+    out = dict(env)
+    if any(k.startswith(KNOB_PREFIX) for k in out):
+        out["GITM_SITE"] = str(SITE_DIR)
+    return out
+
+
+def python_path(env: Mapping[str, str], current: str | None) -> str | None:
+    """The PYTHONPATH a launcher sets: GITM_SITE first, then what the job had."""
+    site = env.get("GITM_SITE")
+    if not site:
+        return current
+    return f"{site}:{current}" if current else site
 
 
 def process_env(pid: int) -> dict[str, str]:
@@ -135,3 +157,37 @@ class CpuThreads(EnvLever):
     def values(self) -> dict[str, str]:
         n = str(int(self.setting.get("value", 4)))
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
+class CudnnBenchmark(EnvLever):
+    """cuDNN autotuning of convolution algorithms (PyTorch), through gitmd's sitecustomize."""
+
+    name = "cudnn_benchmark"
+    variables = ("GITMD_CUDNN_BENCHMARK",)
+
+    def values(self) -> dict[str, str]:
+        return {"GITMD_CUDNN_BENCHMARK": "1"}
+
+
+class DataloaderPinMemory(EnvLever):
+    """DataLoader batches in pinned memory (when the job did not choose), so their copies to the
+    GPU run at pinned speed: the pageable copies attribution found."""
+
+    name = "dataloader_pin_memory"
+    causes = frozenset({"pageable_copy"})
+    variables = ("GITMD_DATALOADER_PIN_MEMORY",)
+
+    def values(self) -> dict[str, str]:
+        return {"GITMD_DATALOADER_PIN_MEMORY": "1"}
+
+
+class DataloaderWorkers(EnvLever):
+    """DataLoader worker processes (when the job did not choose): loading off the launch thread."""
+
+    name = "dataloader_workers"
+    causes = frozenset({"launch_bound", "host_contention"})
+    risk = Risk.MEMORY
+    variables = ("GITMD_DATALOADER_WORKERS",)
+
+    def values(self) -> dict[str, str]:
+        return {"GITMD_DATALOADER_WORKERS": str(int(self.setting.get("value", 4)))}

@@ -2,7 +2,7 @@
 
 Names are those of ``gitmd.analysis.causes.LEVERS``; a test checks that every lever a cause selects
 is here or listed in ``NOT_YET`` (pinning a hot host buffer, which needs the shim to follow the
-program's frees; and DataLoader pinning through the injected sitecustomize).
+program's frees).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from gitmd.levers.launch_env import (
     AllocMaxSplitSize,
     CpuThreads,
     CudaDeviceMaxConnections,
+    CudnnBenchmark,
+    DataloaderPinMemory,
+    DataloaderWorkers,
     Tf32Override,
 )
 from gitmd.levers.shim_knobs import MempoolRelease, StreamPriority
@@ -31,6 +34,9 @@ CATALOG: dict[str, type[Lever]] = {
         AllocMaxSplitSize,
         CudaDeviceMaxConnections,
         CpuThreads,
+        CudnnBenchmark,
+        DataloaderPinMemory,
+        DataloaderWorkers,
         CpuAffinity,
         SchedPriority,
         StreamPriority,
@@ -39,7 +45,7 @@ CATALOG: dict[str, type[Lever]] = {
         SmClockLock,
     )
 }
-NOT_YET = frozenset({"pin_host_buffer", "dataloader_pin_memory"})
+NOT_YET = frozenset({"pin_host_buffer"})
 
 
 def make(name: str, **setting: Any) -> Lever:

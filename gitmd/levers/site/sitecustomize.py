@@ -1,0 +1,113 @@
+"""gitmd's framework knobs for Python jobs, loaded through PYTHONPATH by a launch plan that holds
+one of the GITMD_* variables below. It never breaks a job: nothing happens unless a variable asks,
+nothing is imported that the job does not import itself (PyTorch is adjusted only when the job
+imports it, through an import hook), every failure is swallowed, and the job's own sitecustomize
+(if another is on the path) is still imported after this one.
+
+  GITMD_CUDNN_BENCHMARK=1          torch.backends.cudnn.benchmark = True
+  GITMD_DATALOADER_PIN_MEMORY=1    DataLoader(pin_memory=True) when the job did not say
+  GITMD_DATALOADER_WORKERS=N       DataLoader(num_workers=N) when the job did not say
+
+Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
+"""
+
+import os
+import sys
+
+
+def _chain():
+    """Import the next sitecustomize on sys.path (the job's or its environment's), if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+    except Exception:
+        pass
+
+
+def _pin_dataloader(torch_module):
+    pin = os.environ.get("GITMD_DATALOADER_PIN_MEMORY") == "1"
+    workers = os.environ.get("GITMD_DATALOADER_WORKERS", "")
+    if not pin and not workers.isdigit():
+        return
+    try:
+        import torch.utils.data as data
+
+        cls = data.DataLoader
+        original = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            if pin and "pin_memory" not in kwargs and len(args) < 8:
+                kwargs["pin_memory"] = bool(torch_module.cuda.is_available())
+            if workers.isdigit() and "num_workers" not in kwargs and len(args) < 6:
+                kwargs["num_workers"] = int(workers)
+            original(self, *args, **kwargs)
+
+        __init__.__wrapped__ = original
+        cls.__init__ = __init__
+    except Exception:
+        pass
+
+
+def _adjust(torch_module):
+    try:
+        if os.environ.get("GITMD_CUDNN_BENCHMARK") == "1":
+            torch_module.backends.cudnn.benchmark = True
+    except Exception:
+        pass
+    _pin_dataloader(torch_module)
+
+
+class _TorchHook:
+    """A meta path finder that lets torch import as usual, then adjusts it once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)  # once, and never in the way of torch's own imports
+            import importlib.util
+
+            spec = importlib.util.find_spec("torch")
+            if spec is None or spec.loader is None:
+                return None
+            loader = spec.loader
+            exec_module = loader.exec_module
+
+            def exec_and_adjust(module):
+                exec_module(module)
+                _adjust(module)
+
+            loader.exec_module = exec_and_adjust
+            return spec
+        except Exception:
+            return None
+
+
+def _install():
+    wanted = [
+        k
+        for k in ("GITMD_CUDNN_BENCHMARK", "GITMD_DATALOADER_PIN_MEMORY", "GITMD_DATALOADER_WORKERS")
+        if os.environ.get(k)
+    ]
+    if not wanted:
+        return
+    if "torch" in sys.modules:
+        _adjust(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchHook())
+
+
+try:
+    _install()
+except Exception:
+    pass
+_chain()

@@ -1,0 +1,82 @@
+"""gitmd's sitecustomize (framework knobs) in a real interpreter: it never changes a job that does
+not ask or does not use the framework, it still imports the job's own sitecustomize, and it adjusts
+a framework module only when the job imports it. (The H200 run checks it against real PyTorch.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gitmd.levers.launch_env import SITE_DIR, python_path, with_site
+
+
+def py(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("GITMD_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, cwd=cwd)
+
+
+def test_the_plan_names_the_site_only_for_framework_knobs() -> None:
+    assert "GITM_SITE" not in with_site({"OMP_NUM_THREADS": "4"})
+    env = with_site({"GITMD_CUDNN_BENCHMARK": "1"})
+    assert env["GITM_SITE"] == str(SITE_DIR) and (SITE_DIR / "sitecustomize.py").is_file()
+    assert python_path(env, None) == str(SITE_DIR)
+    assert python_path(env, "/opt/lib") == f"{SITE_DIR}:/opt/lib"
+    assert python_path({}, "/opt/lib") == "/opt/lib"
+
+
+def test_a_job_without_the_framework_runs_unchanged_and_its_own_sitecustomize_still_loads(
+    tmp_path: Path,
+) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['JOB_SITE'] = 'loaded'\n")
+    env = {
+        "GITMD_CUDNN_BENCHMARK": "1",
+        "GITMD_DATALOADER_PIN_MEMORY": "1",
+        "PYTHONPATH": f"{SITE_DIR}:{own}",
+    }
+    r = py(
+        "import os, sys; print(os.environ.get('JOB_SITE'), 'torch' in sys.modules); sys.exit(7)",
+        env,
+        tmp_path,
+    )
+    assert r.returncode == 7 and r.stdout.split() == ["loaded", "False"] and r.stderr == ""
+
+
+def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> None:
+    # a package named torch with the attributes the knobs touch (PyTorch itself: on the H200)
+    pkg = tmp_path / "fw" / "torch"
+    (pkg / "utils" / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "class _C: benchmark = False\nclass backends: cudnn = _C\n"
+        "class cuda:\n    @staticmethod\n    def is_available(): return True\n"
+    )
+    (pkg / "utils" / "__init__.py").write_text("")
+    (pkg / "utils" / "data" / "__init__.py").write_text(
+        "class DataLoader:\n    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None,\n"
+        "                 batch_sampler=None, num_workers=0, collate_fn=None, pin_memory=False):\n"
+        "        self.pin_memory, self.num_workers = pin_memory, num_workers\n"
+    )
+    code = (
+        "import torch, torch.utils.data as d\n"
+        "print(torch.backends.cudnn.benchmark, d.DataLoader([]).pin_memory, d.DataLoader([]).num_workers,"
+        " d.DataLoader([], pin_memory=False).pin_memory, d.DataLoader([], num_workers=1).num_workers)"
+    )
+    base = {"PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}"}
+    r = py(code, base, tmp_path)
+    assert r.stdout.split() == ["False", "False", "0", "False", "1"], r.stderr  # nothing asked: untouched
+    knobs = {
+        "GITMD_CUDNN_BENCHMARK": "1",
+        "GITMD_DATALOADER_PIN_MEMORY": "1",
+        "GITMD_DATALOADER_WORKERS": "3",
+    }
+    r = py(code, {**base, **knobs}, tmp_path)
+    assert r.stdout.split() == ["True", "True", "3", "False", "1"], r.stderr  # the job's own choices stand
+    # a framework that is different (no backends, no DataLoader) is left alone, the job runs
+    (pkg / "__init__.py").write_text("x = 1\n")
+    (pkg / "utils" / "data" / "__init__.py").write_text("")
+    r = py("import torch; print(torch.x)", {**base, **knobs}, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "1" and r.stderr == ""
