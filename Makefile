@@ -9,7 +9,7 @@ PROTO := protos/gitm/v1/gitmd.proto
 GEN_STAMP := $(GEN)/gitm/v1/gitmd_pb2.py
 
 
-.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels clean
+.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels bench clean
 
 all: build
 
@@ -58,6 +58,11 @@ fmt: venv
 
 deb: build
 	bash packaging/deb/build.sh
+
+# The scoreboard on a GPU host: every workload against the oracle (bench/run.py; WORKLOADS=a,b for
+# parts). Writes bench/results/<date>-h200.md.
+bench: build
+	$(VENV)/bin/python bench/run.py $(if $(WORKLOADS),--workloads $(WORKLOADS),)
 
 # Wheels the GPU host lacks (it has no package index); tests/gpu/run.sh installs them there.
 gpu-wheels: build

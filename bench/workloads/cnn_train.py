@@ -31,6 +31,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(a.batch, 3, a.size, a.size, device="cuda")
 y = torch.randint(0, 10, (a.batch,), device="cuda")
 end = time.monotonic() + a.seconds
+t_ready = time.monotonic()
 step = 0
 while (step < a.steps) if a.steps else (time.monotonic() < end):
     opt.zero_grad(set_to_none=True)
@@ -39,5 +40,9 @@ while (step < a.steps) if a.steps else (time.monotonic() < end):
     opt.step()
     step += 1
     if step == 3:
+        torch.cuda.synchronize()
+        t_ready = time.monotonic()
         print("ready", flush=True)  # warmed up: the harness captures from here
-print(f"result steps={step} loss={loss.item():.6f}", flush=True)
+torch.cuda.synchronize()
+step_ms = 1e3 * (time.monotonic() - t_ready) / max(1, step - 3)  # steady steps, after warm-up
+print(f"result steps={step} step_ms={step_ms:.4f} loss={loss.item():.6f}", flush=True)

@@ -18,6 +18,7 @@ rnn = torch.nn.GRU(256, 512, num_layers=2, batch_first=True).cuda().eval()
 head = torch.nn.Linear(512, 32).cuda().eval()
 x = torch.randn(a.batch, a.seq, 256, device="cuda")
 end = time.monotonic() + a.seconds
+t_ready = time.monotonic()
 step = 0
 with torch.no_grad():
     while (step < a.steps) if a.steps else (time.monotonic() < end):
@@ -25,5 +26,9 @@ with torch.no_grad():
         y = torch.softmax(head(out[:, -1]), dim=-1)
         step += 1
         if step == 3:
+            torch.cuda.synchronize()
+            t_ready = time.monotonic()
             print("ready", flush=True)  # warmed up: the harness captures from here
-print(f"result steps={step} checksum={y.sum().item():.6f}", flush=True)
+torch.cuda.synchronize()
+step_ms = 1e3 * (time.monotonic() - t_ready) / max(1, step - 3)  # steady steps, after warm-up
+print(f"result steps={step} step_ms={step_ms:.4f} checksum={y.sum().item():.6f}", flush=True)

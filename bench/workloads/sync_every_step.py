@@ -16,6 +16,7 @@ torch.manual_seed(0)
 w = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16) / a.n**0.5
 x = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
 end = time.monotonic() + a.seconds
+t_ready = time.monotonic()
 step = 0
 while (step < a.steps) if a.steps else (time.monotonic() < end):
     h = x
@@ -24,5 +25,9 @@ while (step < a.steps) if a.steps else (time.monotonic() < end):
     torch.cuda.synchronize()
     step += 1
     if step == 3:
+        torch.cuda.synchronize()
+        t_ready = time.monotonic()
         print("ready", flush=True)  # warmed up: the harness captures from here
-print(f"result steps={step} checksum={h.float().mean().item():.6f}", flush=True)
+torch.cuda.synchronize()
+step_ms = 1e3 * (time.monotonic() - t_ready) / max(1, step - 3)  # steady steps, after warm-up
+print(f"result steps={step} step_ms={step_ms:.4f} checksum={h.float().mean().item():.6f}", flush=True)

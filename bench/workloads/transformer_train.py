@@ -23,6 +23,7 @@ model = torch.nn.Sequential(
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 tokens = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
 end = time.monotonic() + a.seconds
+t_ready = time.monotonic()
 step = 0
 while (step < a.steps) if a.steps else (time.monotonic() < end):
     opt.zero_grad(set_to_none=True)
@@ -32,5 +33,9 @@ while (step < a.steps) if a.steps else (time.monotonic() < end):
     opt.step()
     step += 1
     if step == 3:
+        torch.cuda.synchronize()
+        t_ready = time.monotonic()
         print("ready", flush=True)  # warmed up: the harness captures from here
-print(f"result steps={step} loss={loss.item():.6f}", flush=True)
+torch.cuda.synchronize()
+step_ms = 1e3 * (time.monotonic() - t_ready) / max(1, step - 3)  # steady steps, after warm-up
+print(f"result steps={step} step_ms={step_ms:.4f} loss={loss.item():.6f}", flush=True)

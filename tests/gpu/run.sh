@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
 #   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
-#                                                 register-rate
+#                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b)
 #   (default: the first three)
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
@@ -57,6 +57,11 @@ for part in "${PARTS[@]}"; do
       python3 bench/register_rate.py --workloads 10000 --clients 8 --seconds 30 --json "$OUTDIR/register-rate.json" \
         2>&1 | tee "$OUTDIR/register-rate.md"
       RESULT[$part]=$(grep -E 'burst' "$OUTDIR/register-rate.md" | tr '\n' ' ' || echo "failed")
+      ;;
+    scoreboard)
+      python3 bench/run.py --workloads "${BENCH_WORKLOADS:-}" --oracle-repeats "${ORACLE_REPEATS:-3}" --out "$OUTDIR" \
+        2>&1 | tee "$OUTDIR/scoreboard.log"
+      RESULT[$part]=$(grep -c '^| [a-z]' "$OUTDIR"/*-h200.md 2>/dev/null | tail -1)" rows"
       ;;
     *) echo "unknown part $part"; RESULT[$part]="unknown part" ;;
   esac

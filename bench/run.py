@@ -1,0 +1,287 @@
+"""The scoreboard: gitmd unattended on each workload of bench/suite.py (registration only, no
+hints), against the oracle (bench/oracle.py), on a GPU host.
+
+Per workload it reports: the baseline step time; what gitmd promoted and the speedup it measured;
+the oracle's speedup and setting; their ratio; regressions promoted (a promoted setting the oracle
+measured slower) and equivalence violations (a promoted setting whose outputs the oracle saw
+change); the time from the job's start to gitmd's decision; capture overhead (the program's own
+step time under gitmd with exploration off against without gitmd, interleaved); and, for launch
+levers, the recurring case (the launch after the decision gets the policy in its plan and no trial).
+
+  live     one `gitmctl run` of the job (seconds-long), its experiments polled until decided
+  launch   `gitmctl run` launches of the recurring job until its launch trial is decided, then one more
+  control  one live run: nothing may be promoted; overhead must stay within 1%
+
+python bench/run.py [--workloads a,b] [--oracle-repeats N] [--out bench/results] [--no-oracle]
+Writes <out>/<date>-h200.md (and .json) with the command, GPU and driver. Each workload is a part
+that fits a 10-minute device call; `make bench` runs them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import oracle  # noqa: E402
+from bench.harness import Gitmd  # noqa: E402
+from bench.suite import CONTENDED_CPUS, TIME, Workload, by_name  # noqa: E402
+from gitmd.api.pb import pb  # noqa: E402
+
+PY = sys.executable
+CONFIG = """
+[telemetry]
+backend = "{backend}"
+[metrics]
+port = 0
+[capture]
+window_every_s = 2
+window_duration_s = 1.0
+"""
+MAX_LAUNCHES = 12
+
+
+def gitmctl(g: Gitmd, *args: str) -> list[str]:
+    return [PY, "-m", "gitmctl", "--socket", str(g.socket), *args]
+
+
+def job_cmd(g: Gitmd, w: Workload, *extra: str) -> list[str]:
+    cmd = [
+        *gitmctl(g, "run", *extra, "--metric", w.metric, "--rtol", str(w.rtol), "--"),
+        PY,
+        str(oracle.W / w.script),
+        *w.args,
+    ]
+    return ["taskset", "-c", CONTENDED_CPUS, *cmd] if w.contended else cmd
+
+
+def step_ms(text: str) -> float | None:
+    t = re.findall(TIME, text)
+    return float(t[-1]) if t else None
+
+
+def experiments(g: Gitmd, job_id: str) -> list[Any]:
+    return list(g.stub().GetExperiment(pb.GetExperimentRequest(job_id=job_id), timeout=10).experiments)
+
+
+def jobs(g: Gitmd) -> list[Any]:
+    return list(g.stub().ListJobs(pb.ListJobsRequest(all=True), timeout=10).jobs)
+
+
+def live(g: Gitmd, w: Workload) -> dict[str, Any]:
+    before = {j.id for j in jobs(g)}
+    proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    job_id, decided = "", None
+    deadline = time.monotonic() + w.live_seconds
+    while time.monotonic() < deadline and proc.poll() is None and decided is None:
+        new = [j for j in jobs(g) if j.id not in before]
+        if new:
+            job_id = new[0].id
+            done = [e for e in experiments(g, job_id) if e.state in ("promoted", "reverted", "failed")]
+            if done and not [e for e in experiments(g, job_id) if e.state in ("baseline", "treatment")]:
+                decided = done
+                break
+        time.sleep(1)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=60)
+    exps = experiments(g, job_id) if job_id else []
+    promoted = [e for e in exps if e.state == "promoted"]
+    first = min((e.updated_unix_ns for e in exps if e.state in ("promoted", "reverted")), default=0)
+    base = [a.step_ms for e in exps for a in e.arms if a.arm == "A" and a.step_ms]
+    return {
+        "job_id": job_id,
+        "experiments": [_exp(e) for e in exps],
+        "promoted": [e.lever for e in promoted],
+        "speedup": max((e.speedup for e in promoted), default=1.0),
+        "decision_s": (first / 1e9 - t0) if first else None,
+        "baseline_ms": statistics.median(base) if base else None,
+        "program_step_ms": step_ms(out),
+    }
+
+
+def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
+    runs = []
+    t0 = time.time()
+    decided_at = None
+    for i in range(MAX_LAUNCHES):
+        r = subprocess.run(job_cmd(g, w), capture_output=True, text=True, timeout=500)
+        note = [x for x in r.stderr.splitlines() if "gitmctl run:" in x]
+        runs.append({"launch": i + 1, "exit": r.returncode, "step_ms": step_ms(r.stdout), "notes": note})
+        print(
+            f"  {w.name} launch {i + 1}: {runs[-1]['step_ms']} ms; {' | '.join(note)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if decided_at is not None:
+            break  # this was the launch after the decision: the recurring case
+        wl = list(g.stub().ListWorkloads(pb.ListWorkloadsRequest(), timeout=10).workloads)
+        ran_trial = any("launch trial" in n for x in runs for n in x["notes"])
+        trial_now = any("launch trial" in n for n in note)
+        if i >= 1 and not ran_trial:
+            break  # two launches and gitmd found nothing a launch lever addresses
+        if ran_trial and not trial_now and i > 0:
+            decided_at = time.time()  # the trial ended with the previous run
+            break
+        if wl and any(p.status == "validated" for p in wl[0].policies) and decided_at is None:
+            decided_at = time.time()
+    all_exps = [e for j in jobs(g) for e in experiments(g, j.id)]
+    promoted = [e for e in all_exps if e.state == "promoted"]
+    last = runs[-1]
+    return {
+        "runs": runs,
+        "experiments": [_exp(e) for e in all_exps],
+        "promoted": [e.lever for e in promoted],
+        "speedup": max((e.speedup for e in promoted), default=1.0),
+        "decision_s": (decided_at - t0) if decided_at else None,
+        "baseline_ms": runs[0]["step_ms"],
+        "recurring_got_policy": any("launching with its validated policy" in n for n in last["notes"]),
+        "recurring_trial": any("launch trial" in n for n in last["notes"]),
+    }
+
+
+def _exp(e: Any) -> dict[str, Any]:
+    return {
+        "lever": e.lever,
+        "state": e.state,
+        "speedup": e.speedup if e.HasField("speedup") else None,
+        "ci_low": e.ci_low if e.HasField("ci_low") else None,
+        "reason": e.reason,
+        "cause": e.cause,
+    }
+
+
+def overhead(g: Gitmd, w: Workload, repeats: int = 2) -> float | None:
+    """Program step time under gitmd (capture, no exploration) over without, interleaved medians."""
+    a, b = [], []
+    for r in range(repeats):
+        for arm in ("plain", "gitmd") if r % 2 == 0 else ("gitmd", "plain"):
+            if arm == "plain":
+                res = oracle.run_once(w, None)
+                a.append(res["step_ms"])
+            else:
+                cmd = job_cmd(g, w, "--no-explore")
+                if "--seconds" in cmd:
+                    i = cmd.index("--seconds")
+                    cmd[i : i + 2] = ["--steps", "4000"]
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=500).stdout
+                b.append(step_ms(out))
+    a2, b2 = [x for x in a if x], [x for x in b if x]
+    return statistics.median(b2) / statistics.median(a2) - 1 if a2 and b2 else None
+
+
+def score(w: Workload, got: dict[str, Any], orc: dict[str, Any] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"workload": w.name, "mode": w.mode, "headroom": w.headroom, **got}
+    if orc is not None:
+        row["oracle_speedup"] = orc["oracle_speedup"]
+        row["oracle_setting"] = orc["oracle_setting"]
+        row["ratio"] = got["speedup"] / orc["oracle_speedup"] if orc["oracle_speedup"] else None
+        measured = {s["lever"]: s for s in orc["settings"]}
+        row["regressions"] = sum(
+            1 for lv in got["promoted"] if lv in measured and (measured[lv]["speedup"] or 0) < 1.0
+        )
+        row["violations"] = sum(
+            1 for lv in got["promoted"] if lv in measured and not measured[lv]["equivalent"]
+        )
+    return row
+
+
+def report(rows: list[dict[str, Any]], argv: list[str], host: str) -> str:
+    lines = [
+        f"# gitmd's scoreboard on the GPU — {datetime.date.today()}",
+        "",
+        f"Command: `{shlex.join(argv)}`  ",
+        f"GPU: {host}",
+        "",
+        "| workload | mode | headroom | baseline ms/step | promoted | gitmd speedup | oracle (setting) "
+        "| ratio | regressions | violations | decision s | overhead | recurring |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+
+        def f(x: Any, fmt: str = "{:.3f}") -> str:
+            return "-" if x is None else fmt.format(x)
+
+        rec = "-"
+        if r["mode"] == "launch":
+            rec = (
+                "policy at launch, no trial"
+                if r.get("recurring_got_policy") and not r.get("recurring_trial")
+                else "no"
+            )
+        lines.append(
+            f"| {r['workload']} | {r['mode']} | {r['headroom']} | {f(r.get('baseline_ms'))} | "
+            f"{', '.join(r['promoted']) or 'nothing'} | {f(r['speedup'])} | "
+            f"{f(r.get('oracle_speedup'))} ({r.get('oracle_setting', '-')}) | {f(r.get('ratio'))} | "
+            f"{r.get('regressions', '-')} | {r.get('violations', '-')} | "
+            f"{f(r.get('decision_s'), '{:.0f}')} | "
+            f"{f(r.get('overhead'), '{:+.1%}')} | {rec} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default="", help="comma-separated names (default: all); each is a part")
+    p.add_argument("--oracle-repeats", type=int, default=3)
+    p.add_argument("--no-oracle", action="store_true", help="gitmd's side only")
+    p.add_argument("--backend", default="nvml")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    a = p.parse_args()
+    host = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[0]
+        if a.backend == "nvml"
+        else a.backend
+    )
+    rows = []
+    for w in by_name([x for x in a.workloads.split(",") if x]):
+        print(f"== {w.name} ({w.mode}): {w.headroom}", file=sys.stderr, flush=True)
+        orc = None if a.no_oracle else oracle.search(w, a.oracle_repeats)
+        with tempfile.TemporaryDirectory(prefix="gitm-bench-") as d:
+            g = Gitmd(Path(d) / w.name, CONFIG.format(backend=a.backend))
+            g.start()
+            hog = oracle.hogs(w)
+            try:
+                got = launch(g, w) if w.mode == "launch" else live(g, w)
+                got["overhead"] = overhead(g, w)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                g.stop()
+        rows.append(score(w, got, orc))
+        if orc is not None:
+            rows[-1]["oracle"] = orc
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = (
+        a.out / f"{datetime.date.today()}-h200"
+        if a.backend == "nvml"
+        else a.out / f"{datetime.date.today()}-{a.backend}"
+    )
+    md = report(rows, [Path(sys.argv[0]).as_posix(), *sys.argv[1:]], host)
+    Path(f"{stem}.md").write_text(md)
+    Path(f"{stem}.json").write_text(json.dumps(rows, indent=1, default=str))
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
