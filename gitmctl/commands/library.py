@@ -86,6 +86,28 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "SETTINGS"),
             [_policy_row(p, w.active_policy_id) for p in w.policies],
         )
+        if w.launch_trials:
+            print()
+            render.table(
+                ("TRIAL", "LEVER", "CAUSE", "STATE", "RUNS (arm: ms/step)", "DECISION"),
+                [
+                    (
+                        str(t.id),
+                        t.lever,
+                        t.cause or "-",
+                        t.state,
+                        " ".join(
+                            f"{r.arm}:{r.step_ms:.2f}"
+                            if r.HasField("step_ms")
+                            else f"{r.arm}:{'-' if r.done else '…'}"
+                            for r in t.runs
+                        )
+                        or "-",
+                        t.reason[:80] or "-",
+                    )
+                    for t in w.launch_trials
+                ],
+            )
         return 0
     if args.action in ("pin", "unpin", "revert"):
         method = {"pin": stub.PinPolicy, "unpin": stub.UnpinPolicy, "revert": stub.RevertPolicy}[args.action]

@@ -11,6 +11,7 @@ from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.api.pb import pb
 from gitmd.experiments.interventions import Intervention
 from gitmd.experiments.live import Experiment
+from gitmd.experiments.runs import LaunchTrial
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.service import JobView, Status
@@ -170,6 +171,28 @@ def workload_to_pb(w: Workload) -> Any:
         policies=[policy_to_pb(p) for p in w.policies],
         active_policy_id=active.id if active else 0,
     )
+
+
+def trial_to_pb(t: LaunchTrial) -> Any:
+    d = t.decision
+    msg = pb.LaunchTrial(
+        id=t.id,
+        lever=t.lever,
+        setting_json=json.dumps(t.setting, sort_keys=True),
+        cause=t.cause,
+        state=t.state,
+        reason=str(d.get("reason", "")),
+    )
+    for r in t.runs:
+        run = msg.runs.add(job_id=r["job_id"], arm=r["arm"], done=bool(r.get("done")))
+        if r.get("step_ms") is not None:
+            run.step_ms = float(r["step_ms"])
+        if r.get("exit_code") is not None:
+            run.exit_code = int(r["exit_code"])
+    for field, key in (("speedup", "speedup"), ("ci_low", "low"), ("ci_high", "high")):
+        if d.get(key) is not None:
+            setattr(msg, field, float(d[key]))
+    return msg
 
 
 def untracked_to_pb(u: UntrackedProcess) -> Any:

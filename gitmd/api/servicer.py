@@ -255,7 +255,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def GetWorkload(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        return convert.workload_to_pb(self.svc.workload(request.workload_id))
+        msg = convert.workload_to_pb(self.svc.workload(request.workload_id))
+        msg.launch_trials.extend(convert.trial_to_pb(t) for t in self.svc.trials.of_workload(msg.id))
+        return msg
 
     def _library_change(self, caller: Caller, rpc: str, target: str, action: Callable[[], Any]) -> Any:
         try:

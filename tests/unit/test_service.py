@@ -204,3 +204,22 @@ def test_launch_trial_with_changed_outputs_or_no_steps_is_not_promoted(tmp_path:
         _run(svc, contract, None, 1.0)  # runs too short for a window: no step time
     t2 = svc.trials.of_workload(wid)[-1]
     assert t2.state == "abandoned" and "no steps" in t2.decision["reason"]
+
+
+def test_a_launch_trial_as_the_api_shows_it(tmp_path: Path) -> None:
+    from gitmd.api.convert import trial_to_pb
+    from gitmd.levers.registry import make
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    t = svc.trials.plan(wid, make("alloc_gc_threshold"), "allocator")
+    assert t is not None
+    svc.trials.assign(wid, "job1", 0)
+    svc.trials.finish_run("job1", t.id, [3.0, 5.0], 0, {})
+    svc.trials.assign(wid, "job2", 0)
+    (t,) = svc.trials.of_workload(wid)
+    msg = trial_to_pb(t)
+    assert msg.lever == "alloc_gc_threshold" and msg.state == "running" and msg.cause == "allocator"
+    assert [(r.job_id, r.arm, r.done) for r in msg.runs] == [("job1", "A", True), ("job2", "B", False)]
+    assert msg.runs[0].step_ms == 4.0 and msg.runs[0].exit_code == 0 and not msg.runs[1].HasField("step_ms")
+    assert not msg.HasField("speedup")
