@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
+from gitmd.experiments.equivalence import is_number
 from gitmd.levers.launch_env import python_path
 
 NAME = "run"
@@ -40,6 +41,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
     p.add_argument("--scheduler-job-id", default="", help="the scheduler's id for this job (e.g. Slurm's)")
     p.add_argument("--no-explore", action="store_true", help="only known-good policies: no experiments")
+    add_contract_args(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+
+def add_contract_args(p: argparse.ArgumentParser) -> None:
+    """The equivalence contract's options (run and tune share them)."""
     p.add_argument("--metric", metavar="REGEX", help="equivalence: a number on stdout, one capture group")
     p.add_argument(
         "--output",
@@ -58,7 +65,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument(
         "--rtol", type=float, default=1e-5, help="relative tolerance for --metric/--output-numeric"
     )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 
 def _gpus(text: str) -> tuple[int, ...]:
@@ -167,19 +173,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             except (BrokenPipeError, ValueError):
                 pass  # our reader went away: the job runs on; keep scanning
             if len(found) < MAX_METRIC_VALUES:
-                found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if _number(m)]
+                found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if is_number(m)]
     status = child.wait()
     metrics = [pb.StdoutMetric(regex=args.metric, values=found)] if scan else []
     _report(client, job_id, status, args.verbose, metrics)
     return 128 - status if status < 0 else status
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _report(

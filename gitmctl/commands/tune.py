@@ -33,8 +33,8 @@ from typing import Any
 
 from gitmctl import render
 from gitmctl.client import Client, ClientError, pb
-from gitmctl.commands.run import _contract, _gpus
-from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate
+from gitmctl.commands.run import _contract, _gpus, add_contract_args
+from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate, is_number
 from gitmd.experiments.tune import lever_env
 from gitmd.levers.base import Kind, Risk
 from gitmd.levers.launch_env import EnvLever, python_path, with_site
@@ -64,20 +64,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--name", default="", help="job name (default: the command's basename)")
     p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
     p.add_argument("--gpus", type=_gpus, default=(), help="GPU indices the command uses, e.g. 0,1")
-    p.add_argument("--metric", metavar="REGEX", help="equivalence: a number on stdout, one capture group")
-    p.add_argument(
-        "--output", metavar="PATH", action="append", default=[], help="equivalence: a file (checksum)"
-    )
-    p.add_argument(
-        "--output-numeric",
-        metavar="PATH",
-        action="append",
-        default=[],
-        help="equivalence: numbers within --rtol",
-    )
-    p.add_argument(
-        "--rtol", type=float, default=1e-5, help="relative tolerance for --metric/--output-numeric"
-    )
+    add_contract_args(p)
     p.add_argument("-v", "--verbose", action="store_true", help="show the command's output")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
@@ -178,7 +165,7 @@ class Tuner:
         text = stdout.decode("utf-8", "replace")
         value = seconds
         if self.time_rx is not None:
-            found = [m for m in self.time_rx.findall(text) if _number(m)]
+            found = [m for m in self.time_rx.findall(text) if is_number(m)]
             if not found:
                 raise ClientError(f"--time {self.args.time!r} found no number in the output ({log})", 2)
             value = float(found[-1])
@@ -294,14 +281,6 @@ class Tuner:
 
     def unit(self) -> str:
         return "s" if self.time_rx is None else f"(/{self.args.time}/)"
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def run(args: argparse.Namespace, client: Client) -> int:

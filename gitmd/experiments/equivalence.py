@@ -92,7 +92,7 @@ class Outputs:
         if regex in self.metrics:
             return np.asarray(self.metrics[regex], dtype=np.float64)
         rx = re.compile(regex)
-        return np.array([float(m) for m in rx.findall(self.stdout) if _is_number(m)], dtype=np.float64)
+        return np.array([float(m) for m in rx.findall(self.stdout) if is_number(m)], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def evaluate(contract: Contract, baseline: Outputs, treatment: Outputs) -> Verdi
     return Verdict(not failures, tuple(failures), tuple(checked), numbers)
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
