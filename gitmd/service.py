@@ -52,12 +52,13 @@ from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
 from gitmd.store.audit import Audit
 from gitmd.store.audit import row as audit_row
-from gitmd.store.library import Library, Policy, Workload
+from gitmd.store.library import LIVE_POLICY_LEVERS, Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
 from gitmd.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
+LIVE_POLICY_WINDOWS = 5  # windows a run's live policy waits for its target to show
 
 DEFAULT_TELEMETRY_LIMIT = 10_000
 MAX_TRACE_S = 300.0
@@ -144,6 +145,7 @@ class Service:
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self.trials = LaunchTrials(jobs.store)
         self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
+        self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
         self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
@@ -235,6 +237,13 @@ class Service:
                 policy_status=policy.status if policy else "",
             )
             self._policies[job.id] = policy.id if policy else 0
+            live = workload.live_policy_for(job.uid)
+            if live is not None and plan.capture:
+                # applied (and kept) once the run's processes are seen: no experiment needed
+                self._live_pending[job.id] = [live.id, [dict(x) for x in live.live], 0]
+                if not policy:
+                    self._policies[job.id] = live.id
+                    plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)
             if reg.allow_exploration and plan.capture and self.config.experiments.enabled:
                 plan = self._trial_arm(job, workload.id, plan)
         plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
@@ -330,6 +339,39 @@ class Service:
                 gpu_model=self._gpus[0].name if self._gpus else "",
                 driver=self.backend.driver_version() or "",
             )
+
+    def _apply_live_policy(self, job_id: str) -> None:
+        """A recurring job's validated live levers, applied once its processes are seen (the
+        stream, the CPUs found anew in this run) and kept: no experiment, one window at most to
+        learn what the lever acts on. A lever whose target is not there within LIVE_POLICY_WINDOWS
+        windows is dropped (said in the log)."""
+        pending = self._live_pending.get(job_id)
+        if pending is None:
+            return
+        pid, items, windows = pending
+        job = self.jobs.get(job_id)
+        left = []
+        for item in items:
+            lever = self._live_lever(item["lever"], job)
+            if lever is None:
+                left.append(item)
+                continue
+            lever.setting.update(item.get("setting", {}))
+            try:
+                iv = self.interventions.apply(job_id, lever, self._target(job_id))
+                self.interventions.promote(iv.id, f"policy {pid} of the workload, at launch")
+                log.info("job %s: %s from policy %d applied at launch", job_id, lever.describe(), pid)
+            except LeverError as e:
+                log.warning("job %s: policy %d's %s could not be applied: %s", job_id, pid, lever.name, e)
+            self._exp_tried.add((job_id, lever.name))  # known: no experiment on it in this run
+        if not left or windows + 1 >= LIVE_POLICY_WINDOWS:
+            self._live_pending.pop(job_id, None)
+            for item in left:
+                log.info(
+                    "job %s: policy %d's %s found nothing to act on; not applied", job_id, pid, item["lever"]
+                )
+        else:
+            self._live_pending[job_id] = [pid, left, windows + 1]
 
     def _maybe_plan_trial(self, job_id: str) -> None:
         """After a duty window: a cause above threshold that a launch lever addresses plans a
@@ -523,6 +565,7 @@ class Service:
             return
         self._after_window(w)
         try:
+            self._apply_live_policy(job_id)
             self._maybe_experiment(job_id)
             self._maybe_plan_trial(job_id)
         except Exception:
@@ -578,6 +621,7 @@ class Service:
         return ended
 
     def _forget(self, job_id: str) -> None:
+        self._live_pending.pop(job_id, None)
         self._history.pop(job_id, None)
         self._newest.pop(job_id, None)
         self._reports.pop(job_id, None)
@@ -750,7 +794,7 @@ class Service:
             return Measurement(w.window_id, step_ms, values)
 
         try:
-            LiveExperiment(
+            exp = LiveExperiment(
                 self.experiments,
                 self.interventions,
                 job_id,
@@ -762,7 +806,10 @@ class Service:
                 settle_s=cfg.settle_s,
                 min_gain=cfg.min_gain,
                 cancel=cancel,
-            ).run()
+            )
+            d = exp.run()
+            if d.promote and d.interval is not None:
+                self._store_live_policy(job_id, lever, exp.exp.id, d)
         except Exception:
             log.exception("experiment on job %s failed; its interventions were reverted", job_id)
         finally:
@@ -770,6 +817,37 @@ class Service:
                 self._exp_running.pop(job_id, None)
             job = self.jobs.get(job_id)
             self._publish("experiment", self._view(job))
+
+    def _store_live_policy(self, job_id: str, lever: Lever, experiment_id: int, d: Decision) -> None:
+        """A promoted live lever becomes a policy of the job's workload (its intent, not its
+        target): the next run gets it as soon as its processes are seen."""
+        job = self.jobs.get(job_id)
+        if not job.workload_id or lever.name not in LIVE_POLICY_LEVERS or d.interval is None:
+            return
+        intent = {k: v for k, v in lever.setting.items() if k in LIVE_POLICY_LEVERS[lever.name]}
+        p = self.library.add_policy(
+            job.workload_id,
+            {},
+            "validated",
+            d.interval.speedup,
+            (d.interval.low, d.interval.high),
+            {
+                "source": "live",
+                "experiment": experiment_id,
+                "job_id": job_id,
+                "lever": lever.describe(),
+                "pairs": d.interval.pairs,
+                "reason": d.reason,
+                "scope_uid": None,  # gitmd measured it from its own windows
+                "scheduler_job_id": job.scheduler_job_id,
+            },
+            gpu_model=self._gpus[0].name if self._gpus else "",
+            driver=self.backend.driver_version() or "",
+            live=[{"lever": lever.name, "setting": intent}],
+        )
+        log.info(
+            "workload %s: %s stored as policy %d for its next runs", job.workload_id, lever.describe(), p.id
+        )
 
     def _end_experiments(self, job_id: str, why: str) -> None:
         with self._exp_lock:

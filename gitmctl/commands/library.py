@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ def _policy_row(p: Any, active: int) -> tuple[str, ...]:
     speed = f"{p.speedup:.3f}x" if p.HasField("speedup") else "-"
     ci = f"[{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.HasField("ci_low") and p.HasField("ci_high") else "-"
     env = " ".join(f"{k}={v}" for k, v in sorted(p.env.items()))
+    for item in json.loads(p.live_json or "[]"):
+        args = ",".join(f"{k}={v}" for k, v in sorted(item.get("setting", {}).items()))
+        env += f" live:{item['lever']}" + (f"({args})" if args else "")
     return (str(p.id), p.status + (" *" if p.id == active else ""), speed, ci, p.gpu_model or "-", env)
 
 

@@ -154,6 +154,7 @@ def policy_to_pb(p: Policy) -> Any:
         updated_unix_ns=p.updated_ns,
         pinned_by=p.pinned_by,
         evidence_json=json.dumps(p.evidence),
+        live_json=json.dumps(list(p.live)),
     )
     return _optional(msg, p, "speedup", "ci_low", "ci_high")
 

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,9 @@ class Policy:
     created_ns: int = 0
     updated_ns: int = 0
     pinned_by: str = ""
+    # live levers to apply to each run once its processes are seen (their intent: the stream or
+    # the CPUs are found anew in each run), e.g. [{"lever": "stream_priority", "setting": {...}}]
+    live: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,22 @@ class Workload:
         ]
         return max(validated, key=lambda p: p.speedup or 0.0) if validated else None
 
+    def live_policy_for(self, uid: int | None) -> Policy | None:
+        """The policy whose live levers a launch by ``uid`` gets: the active one if it has live
+        levers, else the best validated one that has (an environment policy and a live one then
+        both apply: they act on different things)."""
+        active = self.active_policy_for(uid)
+        if active is not None and active.live:
+            return active
+        if active is not None and active.status == "pinned":
+            return None  # a pin is exactly what runs
+        live = [
+            p
+            for p in self.policies
+            if p.status == "validated" and p.live and p.evidence.get("scope_uid") in (None, uid)
+        ]
+        return max(live, key=lambda p: p.speedup or 0.0) if live else None
+
 
 def _sig_json(s: Signature) -> str:
     return json.dumps({"sequence": list(s.sequence), "shares": s.shares}, sort_keys=True)
@@ -105,6 +125,7 @@ def _policy(r: dict[str, Any]) -> Policy:
         id=r["id"],
         workload_id=r["workload_id"],
         env=json.loads(r["settings"]).get("env", {}),
+        live=tuple(json.loads(r["settings"]).get("live", [])),
         status=r["status"],
         speedup=r["speedup"],
         ci_low=r["ci_low"],
@@ -254,6 +275,7 @@ class Library:
                     "policies": [
                         {
                             "env": p.env,
+                            "live": list(p.live),
                             "status": p.status,
                             "speedup": p.speedup,
                             "ci_low": p.ci_low,
@@ -336,7 +358,7 @@ class Library:
                         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         [
                             w["id"],
-                            json.dumps({"env": p["env"]}),
+                            json.dumps({"env": p["env"], "live": p["live"]}),
                             p["status"],
                             p["speedup"],
                             p["ci_low"],
@@ -362,9 +384,11 @@ class Library:
         evidence: dict[str, Any] | None = None,
         gpu_model: str = "",
         driver: str = "",
+        live: Sequence[dict[str, Any]] | None = None,
     ) -> Policy:
         """A policy from an experiment (the experiments engine calls this)."""
         check_env(env, "env")
+        check_live(list(live or []), "live")
         if status not in STATUSES:
             raise InvalidArgumentError(f"status must be one of {STATUSES}")
         now = time.time_ns()
@@ -376,7 +400,7 @@ class Library:
                 "gpu_model, driver, created_ns, updated_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     workload_id,
-                    json.dumps({"env": env}),
+                    json.dumps({"env": env, "live": list(live or [])}),
                     status,
                     speedup,
                     ci[0] if ci else None,
@@ -417,6 +441,36 @@ def check_env(env: Any, where: str) -> None:
             raise _fail(where, f"{k} may not be set by a policy")
         if not isinstance(v, str) or len(v) > 4096 or "\0" in v:
             raise _fail(f"{where}.{k}", "must be a string of at most 4096 characters without NUL")
+
+
+# Live levers a policy may carry, with the setting keys each may hold (its intent; the target —
+# the stream, the CPUs — is found anew in every run).
+LIVE_POLICY_LEVERS: dict[str, tuple[str, ...]] = {
+    "stream_priority": ("priority",),
+    "cpu_affinity": (),
+    "sched_priority": ("nice",),
+    "mempool_release": ("bytes",),
+}
+
+
+def check_live(live: Any, where: str) -> None:
+    _typed(live, list, where)
+    if len(live) > len(LIVE_POLICY_LEVERS):
+        raise _fail(where, f"more than {len(LIVE_POLICY_LEVERS)} live levers")
+    for i, item in enumerate(live):
+        at = f"{where}[{i}]"
+        _typed(item, dict, at)
+        lever = item.get("lever")
+        if lever not in LIVE_POLICY_LEVERS:
+            raise _fail(f"{at}.lever", f"must be one of {', '.join(LIVE_POLICY_LEVERS)}")
+        setting = _typed(item.get("setting", {}), dict, f"{at}.setting")
+        for k, v in setting.items():
+            if k not in LIVE_POLICY_LEVERS[lever]:
+                raise _fail(
+                    f"{at}.setting", f"{lever} takes {', '.join(LIVE_POLICY_LEVERS[lever]) or 'nothing'}"
+                )
+            if not isinstance(v, int) or isinstance(v, bool) or not -(1 << 63) <= v < (1 << 64):
+                raise _fail(f"{at}.setting.{k}", "must be an integer")
 
 
 def _number(v: Any, where: str, optional: bool = True) -> None:
@@ -476,6 +530,7 @@ def validate_document(raw: bytes) -> dict[str, Any]:
             pat = f"{at}.policies[{j}]"
             _typed(p, dict, pat)
             check_env(p.get("env"), f"{pat}.env")
+            check_live(p.setdefault("live", []), f"{pat}.live")
             if p.get("status") not in STATUSES:
                 raise _fail(f"{pat}.status", f"must be one of {', '.join(STATUSES)}")
             for key in ("speedup", "ci_low", "ci_high"):

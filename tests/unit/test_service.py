@@ -223,3 +223,52 @@ def test_a_launch_trial_as_the_api_shows_it(tmp_path: Path) -> None:
     assert [(r.job_id, r.arm, r.done) for r in msg.runs] == [("job1", "A", True), ("job2", "B", False)]
     assert msg.runs[0].step_ms == 4.0 and msg.runs[0].exit_code == 0 and not msg.runs[1].HasField("step_ms")
     assert not msg.HasField("speedup")
+
+
+def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    import json as _json
+    import sys
+
+    if len(os.sched_getaffinity(0)) < 2:
+        import pytest
+
+        pytest.skip("needs two CPUs")
+    svc = _service_with_policy(tmp_path, [{"lever": "cpu_affinity", "setting": {}}])
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, plan = svc.register_job(reg)
+    (policy,) = svc.workload("00c0ffee0003").policies
+    assert (
+        plan.policy_id == policy.id
+        and _json.loads(_json.dumps(list(policy.live)))[0]["lever"] == "cpu_affinity"
+    )
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        first = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(child.pid, {first})  # started squeezed onto one core
+        ring = write_ring(10, 64)
+        data = bytearray(ring.read_bytes())
+        data[40:44] = child.pid.to_bytes(4, "little")
+        stat = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        data[48:56] = int(stat[19]).to_bytes(8, "little")
+        (Path(plan.env["GITM_JOB_DIR"]) / f"ring-{child.pid}-1.gitm").write_bytes(bytes(data))
+        assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
+        svc._apply_live_policy(view.job.id)  # what the first duty window of the run does
+        moved = os.sched_getaffinity(child.pid)
+        assert len(moved) >= 2 and moved != {first}
+        (iv,) = svc.interventions.list(view.job.id)
+        assert iv.lever == "cpu_affinity" and iv.state == "promoted" and f"policy {policy.id}" in iv.reason
+        assert (view.job.id, "cpu_affinity") in svc._exp_tried  # no experiment on it in this run
+        svc.report_exit(view.job.id, 0)
+        assert os.sched_getaffinity(child.pid) == moved  # promoted: kept while the process runs
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _service_with_policy(tmp_path: Path, live: list[dict[str, object]]) -> Service:
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    svc.library.add_policy(wid, {}, "validated", 2.0, (1.5, 2.5), {"source": "live"}, live=live)
+    return svc

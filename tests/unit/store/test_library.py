@@ -121,6 +121,20 @@ def good_doc() -> dict:
         (lambda d: d["workloads"][0]["policies"][0].update(speedup=float("inf")), "Infinity is not allowed"),
         (lambda d: d["workloads"].append(dict(d["workloads"][0])), "once"),
         (lambda d: d["workloads"][0]["signature"].update(sequence=[1, 2]), "sequence"),
+        (lambda d: d["workloads"][0]["policies"][0].update(live=[{"lever": "power_limit"}]), "live"),
+        (
+            lambda d: d["workloads"][0]["policies"][0].update(
+                live=[{"lever": "stream_priority", "setting": {"stream": 3}}]
+            ),
+            "takes priority",
+        ),
+        (
+            lambda d: d["workloads"][0]["policies"][0].update(
+                live=[{"lever": "sched_priority", "setting": {"nice": "-5"}}]
+            ),
+            "integer",
+        ),
+        (lambda d: d["workloads"][0]["policies"][0].update(live={"lever": "cpu_affinity"}), "live"),
     ],
 )
 def test_bad_imports_are_refused_and_change_nothing(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -146,3 +160,26 @@ def test_hostile_documents(tmp_path: Path) -> None:
             lb.import_(raw)
     assert lb.list() == []
     assert lb.import_(json.dumps(good_doc()).encode()) == (1, 1)
+
+
+def test_live_policies_round_trip_and_apply_beside_an_environment_policy(tmp_path: Path) -> None:
+    src = lib(tmp_path, "a.db")
+    wid = src.observe(TRAIN, "python:/w/train.py", "train", True)
+    src.add_policy(wid, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, "validated", speedup=5.0)
+    live = src.add_policy(
+        wid, {}, "validated", speedup=3.0, live=[{"lever": "stream_priority", "setting": {"priority": -5}}]
+    )
+    w = src.get(wid)
+    assert w.active_policy_for(0).env == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # type: ignore[union-attr]
+    assert w.live_policy_for(0) == live  # both apply: they act on different things
+    dst = lib(tmp_path, "b.db")
+    assert dst.import_(json.dumps(src.export()).encode()) == (1, 2)
+    assert dst.get(wid).live_policy_for(7).live == (
+        {"lever": "stream_priority", "setting": {"priority": -5}},
+    )  # type: ignore[union-attr]
+    with pytest.raises(InvalidArgumentError):
+        src.add_policy(wid, {}, "validated", live=[{"lever": "clocks"}])
+    pinned = src.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "pinned")
+    assert (
+        src.get(wid).active_policy_for(0) == pinned and src.get(wid).live_policy_for(0) is None
+    )  # a pin is what runs
