@@ -100,6 +100,9 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
     out, _ = proc.communicate(timeout=60)
     exps = experiments(g, job_id) if job_id else []
     promoted = [e for e in exps if e.state == "promoted"]
+    recurring: dict[str, Any] = {}
+    if promoted:
+        recurring = again(g, w)
     first = min((e.updated_unix_ns for e in exps if e.state in ("promoted", "reverted")), default=0)
     base = [a.step_ms for e in exps for a in e.arms if a.arm == "A" and a.step_ms]
     return {
@@ -110,6 +113,26 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
         "decision_s": (first / 1e9 - t0) if first else None,
         "baseline_ms": statistics.median(base) if base else None,
         "program_step_ms": step_ms(out),
+        **recurring,
+    }
+
+
+def again(g: Gitmd, w: Workload, seconds: float = 25.0) -> dict[str, Any]:
+    """The recurring case of a live lever: the next launch gets the policy applied as soon as its
+    processes show, with no experiment."""
+    before = {j.id for j in jobs(g)}
+    proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    new = [j.id for j in jobs(g) if j.id not in before]
+    ivs = list(
+        g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=new[0]), timeout=10).interventions
+    )
+    return {
+        "recurring_got_policy": "launching with its validated policy" in err
+        and any(iv.state == "promoted" and "policy" in iv.reason for iv in ivs),
+        "recurring_trial": bool(experiments(g, new[0])),  # an experiment ran on it after all
     }
 
 
