@@ -146,6 +146,8 @@ class Service:
         self.trials = LaunchTrials(jobs.store)
         self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
         self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
+        # job id -> (window id, its causes above threshold, the previous window's)
+        self._trial_causes: dict[str, tuple[int, set[str], set[str]]] = {}
         self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
@@ -388,8 +390,16 @@ class Service:
             return
         tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
+        # A trial costs the workload's next runs: plan only for a cause seen in two windows in a
+        # row of this run (one window can be start-up: a model's weights copied from pageable
+        # memory once look like a pageable-copy cause).
+        now = {c.name for c in report.causes if c.above_threshold}
+        wid, seen, earlier = self._trial_causes.get(job_id, (-1, set(), set()))
+        if wid != report.window_id:
+            earlier = seen  # the previous window's causes
+            self._trial_causes[job_id] = (report.window_id, now, earlier)
         for cause in report.causes:
-            if not cause.above_threshold:
+            if not cause.above_threshold or cause.name not in earlier:
                 continue
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
@@ -622,6 +632,7 @@ class Service:
 
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)
+        self._trial_causes.pop(job_id, None)
         self._history.pop(job_id, None)
         self._newest.pop(job_id, None)
         self._reports.pop(job_id, None)

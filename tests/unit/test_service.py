@@ -272,3 +272,30 @@ def _service_with_policy(tmp_path: Path, live: list[dict[str, object]]) -> Servi
     wid = _recurring(svc, "train")
     svc.library.add_policy(wid, {}, "validated", 2.0, (1.5, 2.5), {"source": "live"}, live=live)
     return svc
+
+
+def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import LEVERS, Cause
+    from gitmd.experiments.equivalence import Check, Contract
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    contract = Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2),))
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(dataclasses_replace(reg, contract=contract))
+    assert svc.jobs.get(view.job.id).workload_id == wid
+
+    def window(n: int, *names: str) -> None:
+        causes = [Cause(c, 1e6, 0.5, 0.7, ("x",), LEVERS[c], True) for c in names]
+        svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
+        svc._maybe_plan_trial(view.job.id)
+
+    window(1, "pageable_copy")  # start-up: the weights copied once
+    window(2, "fp32_gemm")
+    window(2, "fp32_gemm")  # the same window again: still one
+    assert svc.trials.of_workload(wid) == []
+    window(3, "fp32_gemm")
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
