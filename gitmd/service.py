@@ -263,6 +263,8 @@ class Service:
 
     def _trial_arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
         """A launch trial of the workload runs: this launch is its next run, arm A or B."""
+        if self.trials.running(workload_id) is None:
+            return plan  # the common case, read only: no write transaction per registration
         got = self.trials.assign(workload_id, job.id, job.uid)
         if got is None:
             return plan
