@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl import render
-from gitmctl.client import Client, pb
+from gitmctl.client import EXIT_USAGE, Client, ClientError, pb
 
 NAME = "explain"
 BAR = 40
@@ -71,9 +71,24 @@ def run(args: argparse.Namespace, client: Client) -> int:
     if args.window < 0:
         print("gitmctl explain: --window must be a window id (>= 1)", file=sys.stderr)
         return 2
-    report = client.call(
-        client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job, window_id=args.window)
-    )
+    try:
+        report = client.call(
+            client.stub.GetAttribution, pb.GetAttributionRequest(job_id=args.job, window_id=args.window)
+        )
+    except ClientError as e:
+        if e.exit_code != EXIT_USAGE:
+            raise
+        # an ended or uncaptured job has no window to explain; what was tried on it still shows
+        job = client.call(client.stub.GetJob, pb.GetJobRequest(job_id=args.job))
+        exps = client.call(client.stub.GetExperiment, pb.GetExperimentRequest(job_id=job.id)).experiments
+        if args.json:
+            render.print_json(
+                {"job_id": job.id, "attribution": str(e), "experiments": [render.to_dict(x) for x in exps]}
+            )
+            return 0
+        print(f"job {job.id}: no attribution ({e})")
+        tried(exps)
+        return 0
     exps = client.call(client.stub.GetExperiment, pb.GetExperimentRequest(job_id=report.job_id)).experiments
     if args.json:
         out = render.to_dict(report)

@@ -94,6 +94,10 @@ def test_tune_promotes_the_faster_lever_and_the_next_run_gets_it(daemon: Daemon,
     assert w["active_policy_id"] == out["policy"]["id"]
     audit = ctl(daemon.socket, "audit").stdout
     assert "tune" in audit
+    # the reference run has ended: explain still says what was tried on it, and the figures
+    ref = out["experiments"][0]["job_id"]
+    r = ctl(daemon.socket, "explain", ref)
+    assert "no attribution" in r.stdout and "tried:" in r.stdout and "cpu_threads" in r.stdout, r.stdout
 
 
 def test_tune_skips_numerics_levers_without_a_number_contract_and_refuses_bad_input(
