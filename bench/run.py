@@ -98,6 +98,8 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
         time.sleep(1)
     proc.terminate()
     out, _ = proc.communicate(timeout=60)
+    if not job_id:  # it ended before the first look
+        job_id = next((j.id for j in jobs(g) if j.id not in before), "")
     exps = experiments(g, job_id) if job_id else []
     promoted = [e for e in exps if e.state == "promoted"]
     recurring: dict[str, Any] = {}

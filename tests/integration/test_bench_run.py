@@ -1,0 +1,42 @@
+"""bench/run.py's gitmd side against the real daemon (simulated GPUs, no CUDA here): a live run
+and a recurring launch of a CPU program go through the same calls the scoreboard makes on the H200;
+with nothing to attribute, nothing is promoted and the rows say so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import run as bench_run
+from bench.harness import Gitmd
+from bench.suite import Workload
+
+PROG = """
+import sys, time
+t0 = time.monotonic()
+for _ in range(20):
+    time.sleep(0.01)
+print(f"result steps=20 step_ms={(time.monotonic() - t0) * 50:.4f} loss=1.000000", flush=True)
+"""
+
+
+def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> None:
+    prog = short_tmp / "prog.py"
+    prog.write_text(PROG)
+    g = Gitmd(short_tmp / "g", bench_run.CONFIG.format(backend="sim"))
+    g.start()
+    try:
+        w = Workload("cpu", str(prog), (), "none", "launch", r"loss=(\S+)", 1e-6, (), live_seconds=5)
+        got = bench_run.launch(g, w)
+        assert [r["exit"] for r in got["runs"]] == [0, 0]  # two launches, gitmd found nothing to try
+        assert got["promoted"] == [] and got["speedup"] == 1.0 and got["baseline_ms"] > 0
+        live = bench_run.live(
+            g, Workload("cpu", str(prog), (), "none", "live", r"loss=(\S+)", 1e-6, (), live_seconds=3)
+        )
+        assert live["promoted"] == [] and live["job_id"]
+        over = bench_run.overhead(g, w, repeats=2)
+        assert over is not None and over > -0.5
+        row = bench_run.score(w, {**got, "overhead": over}, None)
+        md = bench_run.report([row], ["bench/run.py"], "sim")
+        assert "| cpu | launch | none |" in md and "nothing" in md
+    finally:
+        g.stop()
