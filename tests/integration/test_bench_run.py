@@ -40,3 +40,35 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
         assert "| cpu | launch | none |" in md and "nothing" in md
     finally:
         g.stop()
+
+
+ORACLE_PROG = """
+import os, time
+fast = os.environ.get("OMP_NUM_THREADS") == "4"
+wrong = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+t = 0.002 if fast or wrong else 0.01
+t0 = time.monotonic()
+for _ in range(20):
+    time.sleep(t)
+print(f"result step_ms={(time.monotonic() - t0) * 50:.4f} loss={1.5 if wrong else 1.0}", flush=True)
+"""
+
+
+def test_the_oracle_takes_the_best_setting_whose_outputs_hold(short_tmp: Path) -> None:
+    from bench import oracle
+    from bench.suite import env_setting
+
+    prog = short_tmp / "oracle_prog.py"
+    prog.write_text(ORACLE_PROG)
+    settings = (
+        env_setting("cpu_threads"),
+        env_setting("tf32_override"),
+        env_setting("cuda_device_max_connections"),
+    )
+    w = Workload("cpu", str(prog), (), "threads", "launch", r"loss=(\S+)", 1e-6, settings)
+    res = oracle.search(w, repeats=3)
+    by = {s["lever"]: s for s in res["settings"]}
+    assert by["cpu_threads"]["equivalent"] and by["cpu_threads"]["speedup"] > 2
+    assert not by["tf32_override"]["equivalent"] and by["tf32_override"]["speedup"] > 2  # faster, wrong
+    assert 0.7 < by["cuda_device_max_connections"]["speedup"] < 1.4
+    assert res["oracle_setting"] == "cpu_threads" and res["oracle_speedup"] == by["cpu_threads"]["speedup"]
