@@ -90,6 +90,8 @@ def suite() -> list[Workload]:
                  (Setting("stream_priority", {"priority": -5}, argv=("--critical-priority", "-5")),)),
         Workload("pageable_input", "pageable_input.py", ("--steps", "400"), "batches copied from pageable memory",
                  "launch", checksum, 1e-6, (env_setting("dataloader_pin_memory"),)),
+        Workload("dataloader_input", "dataloader_input.py", ("--steps", "300"), "DataLoader batches copied from pageable memory (pin_memory left off)",
+                 "launch", checksum, 1e-6, (env_setting("dataloader_pin_memory"),)),
         Workload("sync_every_step", "sync_every_step.py", ("--steps", "3000"), "a device synchronization every step",
                  "launch", checksum, 1e-6, (env_setting("cuda_device_max_connections"), env_setting("cpu_threads"))),
         Workload("bf16_ceiling", "matmul_bf16.py", ("--steps", "400"), "none: bf16 GEMMs at the ceiling",
