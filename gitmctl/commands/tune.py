@@ -111,6 +111,25 @@ class Tuner:
         self.started = time.monotonic()
         self.runs = 0
         self.causes: list[Any] = []
+        self.current: tuple[str, subprocess.Popen[bytes]] | None = None  # the trial running now
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the trial running now (it got the SIGINT too) ends as a job, not as a leftover."""
+        if self.current is None:
+            return
+        job_id, child = self.current
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        try:
+            self.client.call(
+                self.client.stub.ReportJobExit,
+                pb.ReportJobExitRequest(job_id=job_id, exit_code=child.returncode),
+            )
+        except ClientError:
+            pass
 
     # -- one run -------------------------------------------------------------------------------
     def trial(self, env_extra: dict[str, str], capture: bool, label: str) -> Trial:
@@ -144,11 +163,13 @@ class Tuner:
                 stdout=subprocess.PIPE,
                 stderr=None if self.args.verbose else err,
             )
+            self.current = (resp.job_id, child)
             probe = None
             if capture:
                 probe = threading.Thread(target=self._probe, args=(resp.job_id, child), daemon=True)
                 probe.start()
             stdout, _ = child.communicate()
+            self.current = None
         seconds = time.monotonic() - t0
         if probe is not None:
             probe.join(timeout=30)
@@ -307,7 +328,12 @@ def run(args: argparse.Namespace, client: Client) -> int:
             return 2
     client.timeout_s = max(client.timeout_s, 30.0)  # the reference attribution takes a window
     tuner = Tuner(args, client, command)
-    ref, done = tuner.run()
+    try:
+        ref, done = tuner.run()
+    except KeyboardInterrupt:
+        tuner.interrupted()
+        _say(f"interrupted: nothing recorded (the runs' logs are in {tuner.logs})")
+        return 130
     if not done:
         _say("no lever was tried; nothing to record")
         if args.json:

@@ -138,3 +138,24 @@ def test_tune_skips_numerics_levers_without_a_number_contract_and_refuses_bad_in
                 raise AssertionError(f"accepted {bad}")
         exps = stub.GetExperiment(pb.GetExperimentRequest(job_id=job), timeout=10).experiments
     assert list(exps) == []
+
+
+def test_ctrl_c_ends_the_running_trial_as_a_job_and_records_nothing(daemon: Daemon, short_tmp: Path) -> None:
+    import os
+    import signal
+    import time
+
+    p = subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "tune", "--", sys.executable, "-c",
+         "import time; time.sleep(60)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=short_tmp, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not ctl_json(daemon.socket, "jobs")["jobs"]:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted: nothing recorded" in err, err
+    (job,) = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert job["state"] == "exited", job
