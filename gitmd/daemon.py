@@ -67,6 +67,7 @@ class Daemon:
         from gitmd.auth.tokens import TokenAuthority
         from gitmd.experiments.interventions import Interventions
         from gitmd.experiments.live import ExperimentStore
+        from gitmd.experiments.runs import LaunchTrials
         from gitmd.metrics import MetricsServer, build_registry
         from gitmd.service import Service
 
@@ -117,6 +118,7 @@ class Daemon:
             # reverted (it may have been killed in the middle of an experiment).
             Interventions(store, backend).recover()
             ExperimentStore(store).abandon_unfinished("gitmd restarted in the middle of it")
+            LaunchTrials(store).close_open_runs("gitmd restarted during the run")
 
             capture = self._capture_manager(backend)
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)

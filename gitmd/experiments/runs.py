@@ -165,6 +165,24 @@ class LaunchTrials:
             )
             return t
 
+    def close_open_runs(self, why: str) -> int:
+        """At start: runs a previous gitmd was measuring can no longer be measured; they end
+        without a step time (their pairs are spoiled, the trial goes on with the next runs)."""
+        n = 0
+        with self.store.transaction() as db:
+            for r in list(db.query("SELECT * FROM launch_trials WHERE state = 'running'")):
+                t = _trial(r)
+                open_runs = [x for x in t.runs if not x.get("done")]
+                for x in open_runs:
+                    x.update(done=True, step_ms=None, note=why)
+                if open_runs:
+                    n += len(open_runs)
+                    db.conn.execute(
+                        "UPDATE launch_trials SET runs = ?, updated_ns = ? WHERE id = ?",
+                        (json.dumps(t.runs), time.time_ns(), t.id),
+                    )
+        return n
+
     def end(self, t: LaunchTrial, state: str, decision: dict[str, Any]) -> None:
         with self.store.transaction() as db:
             db.conn.execute(

@@ -299,3 +299,22 @@ def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row
     window(3, "fp32_gemm")
     (t,) = svc.trials.of_workload(wid)
     assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
+
+
+def test_runs_a_restarted_gitmd_cannot_measure_are_closed_without_a_step_time(tmp_path: Path) -> None:
+    from gitmd.levers.registry import make
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    t = svc.trials.plan(wid, make("alloc_gc_threshold"), "allocator")
+    assert t is not None
+    svc.trials.assign(wid, "job1", 0)
+    svc.trials.finish_run("job1", t.id, [3.0], 0, {})
+    svc.trials.assign(wid, "job2", 0)  # gitmd dies while job2 runs
+    assert svc.trials.close_open_runs("gitmd restarted during the run") == 1
+    (t,) = svc.trials.of_workload(wid)
+    assert [(r["job_id"], r["done"], r.get("step_ms")) for r in t.runs] == [
+        ("job1", True, 3.0),
+        ("job2", True, None),
+    ]
+    assert t.state == "running" and t.spoiled() == 1 and t.next_arm() == "B"  # the trial goes on
