@@ -51,12 +51,9 @@ def run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str, 
         cmd = ["taskset", "-c", (s.cpus if s and s.cpus else CONTENDED_CPUS), *cmd]
     if s and s.nice:
         cmd = ["nice", "-n", str(s.nice), *cmd]
-    env = {**os.environ, **(s.env if s else {})}
-    if s and any(k.startswith("GITMD_") for k in s.env):
-        from gitmd.levers.launch_env import python_path, with_site
+    from gitmd.levers.launch_env import job_environment
 
-        env = {**env, **with_site(s.env)}
-        env["PYTHONPATH"] = python_path(env, os.environ.get("PYTHONPATH")) or ""
+    env = job_environment(os.environ, s.env if s else {})
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     out: dict[str, Any] = {"exit": r.returncode, "wall_s": time.monotonic() - t0}

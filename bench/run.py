@@ -91,8 +91,9 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
         new = [j for j in jobs(g) if j.id not in before]
         if new:
             job_id = new[0].id
-            done = [e for e in experiments(g, job_id) if e.state in ("promoted", "reverted", "failed")]
-            if done and not [e for e in experiments(g, job_id) if e.state in ("baseline", "treatment")]:
+            exps = experiments(g, job_id)
+            done = [e for e in exps if e.state in ("promoted", "reverted", "failed")]
+            if done and not [e for e in exps if e.state in ("baseline", "treatment")]:
                 decided = done
                 break
         time.sleep(1)

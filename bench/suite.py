@@ -50,13 +50,12 @@ class Workload:
 
 
 def env_setting(lever: str, **setting: Any) -> Setting:
-    from gitmd.experiments.tune import lever_env
     from gitmd.levers.launch_env import EnvLever
     from gitmd.levers.registry import make
 
     lv = make(lever, **setting)
     assert isinstance(lv, EnvLever)
-    return Setting(lever, setting, env=lever_env(lv))
+    return Setting(lever, setting, env=lv.values())
 
 
 def _alloc() -> tuple[Setting, ...]:

@@ -41,7 +41,7 @@ from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Intervention, Interventions
 from gitmd.experiments.live import Experiment, ExperimentStore, LiveExperiment, Measurement, decision_json
 from gitmd.experiments.runs import MAX_SPOILED, LaunchTrials, decide_trial
-from gitmd.experiments.tune import TunedLever, lever_env, tune_lever
+from gitmd.experiments.tune import TunedLever, tune_lever
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
@@ -271,7 +271,7 @@ class Service:
         t, arm = got
         self._trial_runs[job.id] = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
-        env = {**plan.env, **lever_env(t.lever_obj())} if arm == "B" else plan.env
+        env = {**plan.env, **t.lever_obj().values()} if arm == "B" else plan.env
         total = 2 * self.config.experiments.run_rounds
         note = (
             f"launch trial {t.id}: {t.lever_obj().describe()}, arm {arm} "
@@ -323,7 +323,7 @@ class Service:
             reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
             self.library.add_policy(
                 t.workload_id,
-                lever_env(lever),
+                lever.values(),
                 "validated",
                 d.interval.speedup,
                 (d.interval.low, d.interval.high),
@@ -889,11 +889,10 @@ class Service:
         if not 0 <= min_gain < 1 or not math.isfinite(min_gain):
             raise InvalidArgumentError("min_gain must be in [0, 1)")
         gain = min_gain or self.config.experiments.min_gain
-        checked = [(t, tune_lever(t)) for t in levers]  # every lever valid before anything is written
+        checked = [(t, *tune_lever(t)) for t in levers]  # every lever valid before anything is written
         exps: list[Experiment] = []
         best: tuple[float, Experiment, Lever, Decision] | None = None
-        for t, lever in checked:
-            a, b = t.pairs()
+        for t, lever, (a, b) in checked:
             verdict = Verdict(not t.failures, tuple(t.failures), tuple(t.checked), t.numbers_checked)
             d = decide(a, b, verdict, lever.risk, gain, paired=True)
             arms = [
@@ -908,7 +907,6 @@ class Service:
             if d.promote and d.interval is not None and (best is None or d.interval.speedup > best[0]):
                 best = (d.interval.speedup, e, lever, d)
         policy, note = None, ""
-        job = self.jobs.get(job_id)
         if best is None:
             note = "no lever was measurably faster with the outputs unchanged: nothing stored"
         elif not job.workload_id:

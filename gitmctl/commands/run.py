@@ -25,7 +25,7 @@ from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
 from gitmd.experiments.equivalence import is_number
-from gitmd.levers.launch_env import python_path
+from gitmd.levers.launch_env import job_environment
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -120,10 +120,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             ),
         )
         job_id = resp.job_id
-        env.update(resp.plan.env)
-        site = python_path(resp.plan.env, os.environ.get("PYTHONPATH"))  # framework knobs
-        if site:
-            env["PYTHONPATH"] = site
+        env = job_environment(os.environ, resp.plan.env)
         for w in resp.plan.warnings:
             _note(w)
         if args.verbose:

@@ -35,9 +35,8 @@ from gitmctl import render
 from gitmctl.client import Client, ClientError, pb
 from gitmctl.commands.run import _contract, _gpus, add_contract_args
 from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate, is_number
-from gitmd.experiments.tune import lever_env
 from gitmd.levers.base import Kind, Risk
-from gitmd.levers.launch_env import EnvLever, python_path, with_site
+from gitmd.levers.launch_env import EnvLever, job_environment
 from gitmd.levers.registry import CATALOG
 
 NAME = "tune"
@@ -148,10 +147,7 @@ class Tuner:
                 allow_exploration=False,  # nothing else may change under a trial
             ),
         )
-        env = {**os.environ, **with_site({**resp.plan.env, **env_extra})}
-        site = python_path(env, os.environ.get("PYTHONPATH"))
-        if site:
-            env["PYTHONPATH"] = site
+        env = job_environment(os.environ, {**resp.plan.env, **env_extra})
         self.runs += 1
         log = self.logs / f"{self.runs:03d}-{label}.log"
         t0 = time.monotonic()
@@ -281,7 +277,7 @@ class Tuner:
                 _say(f"budget: {self.left():.0f} s left, {need:.0f} s needed per lever; stopping before "
                      f"{', '.join(c.lever.name for c in cands[i - 1:])}")  # fmt: skip
                 break
-            env = lever_env(cand.lever)
+            env = cand.lever.values()
             _say(f"[{i}/{len(cands)}] {cand.lever.describe()} ({cand.why}): {env}")
             for r in range(self.args.rounds):
                 pair: dict[str, Trial] = {}

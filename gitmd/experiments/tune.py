@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitmd.errors import InvalidArgumentError
-from gitmd.levers.base import Kind, Target
+from gitmd.levers.base import Kind
 from gitmd.levers.launch_env import EnvLever
 from gitmd.levers.registry import CATALOG
 from gitmd.store.library import check_env
@@ -57,8 +57,9 @@ class TunedLever:
         return a, b
 
 
-def tune_lever(t: TunedLever) -> EnvLever:
-    """The catalog launch lever ``t`` names, with its setting checked; InvalidArgumentError if not."""
+def tune_lever(t: TunedLever) -> tuple[EnvLever, tuple[list[float], list[float]]]:
+    """The catalog launch lever ``t`` names, with its setting checked, and its (baseline,
+    treatment) pairs; InvalidArgumentError if anything is wrong."""
     cls = CATALOG.get(t.lever)
     if cls is None or cls.kind is not Kind.LAUNCH or not issubclass(cls, EnvLever):
         launch = sorted(n for n, c in CATALOG.items() if c.kind is Kind.LAUNCH)
@@ -73,12 +74,4 @@ def tune_lever(t: TunedLever) -> EnvLever:
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"{t.lever}: bad setting {t.setting}: {e}") from None
     check_env(env, t.lever)
-    t.pairs()
-    return lever
-
-
-def lever_env(lever: EnvLever) -> dict[str, str]:
-    """What the lever adds to a launch's environment."""
-    target = Target()
-    lever.apply(target)
-    return target.env
+    return lever, t.pairs()

@@ -27,12 +27,15 @@ def with_site(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def python_path(env: Mapping[str, str], current: str | None) -> str | None:
-    """The PYTHONPATH a launcher sets: GITM_SITE first, then what the job had."""
+def job_environment(base: Mapping[str, str], additions: Mapping[str, str]) -> dict[str, str]:
+    """What a launcher runs the job with: ``base`` (its own environment) plus the plan's
+    ``additions``; with a framework knob among them, gitmd's site directory first on PYTHONPATH."""
+    env = {**base, **with_site(additions)}
     site = env.get("GITM_SITE")
-    if not site:
-        return current
-    return f"{site}:{current}" if current else site
+    if site:
+        current = base.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{site}:{current}" if current else site
+    return env
 
 
 def process_env(pid: int) -> dict[str, str]:

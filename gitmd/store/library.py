@@ -121,11 +121,12 @@ def _sig_from(text: str) -> Signature:
 
 
 def _policy(r: dict[str, Any]) -> Policy:
+    settings = json.loads(r["settings"])
     return Policy(
         id=r["id"],
         workload_id=r["workload_id"],
-        env=json.loads(r["settings"]).get("env", {}),
-        live=tuple(json.loads(r["settings"]).get("live", [])),
+        env=settings.get("env", {}),
+        live=tuple(settings.get("live", [])),
         status=r["status"],
         speedup=r["speedup"],
         ci_low=r["ci_low"],

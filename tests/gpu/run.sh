@@ -3,8 +3,8 @@
 #   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b)
 #   (default: the first three)
-# The tests part takes ~16 min in all (capture ~3, experiments ~3, stream priority ~1.5, tune ~5,
-# launch trials ~3, telemetry ~1): run it in pieces within one call's 10 minutes, e.g.
+# The tests part no longer fits one call's 10 minutes (H200, 2026-12-02: stream priority + tune
+# 383 s, launch trials + capture 259 s, before experiments and telemetry): run it in pieces, e.g.
 # GPU_TESTS_K="capture or telemetry or stream" then GPU_TESTS_K="tune or launch" then "experiments".
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitmd.levers.launch_env import SITE_DIR, python_path, with_site
+from gitmd.levers.launch_env import SITE_DIR, job_environment, with_site
 
 
 def py(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -22,9 +22,10 @@ def test_the_plan_names_the_site_only_for_framework_knobs() -> None:
     assert "GITM_SITE" not in with_site({"OMP_NUM_THREADS": "4"})
     env = with_site({"GITMD_CUDNN_BENCHMARK": "1"})
     assert env["GITM_SITE"] == str(SITE_DIR) and (SITE_DIR / "sitecustomize.py").is_file()
-    assert python_path(env, None) == str(SITE_DIR)
-    assert python_path(env, "/opt/lib") == f"{SITE_DIR}:/opt/lib"
-    assert python_path({}, "/opt/lib") == "/opt/lib"
+    knob = {"GITMD_CUDNN_BENCHMARK": "1"}
+    assert job_environment({}, knob)["PYTHONPATH"] == str(SITE_DIR)
+    assert job_environment({"PYTHONPATH": "/opt/lib"}, knob)["PYTHONPATH"] == f"{SITE_DIR}:/opt/lib"
+    assert job_environment({"PYTHONPATH": "/opt/lib"}, {"OMP_NUM_THREADS": "4"})["PYTHONPATH"] == "/opt/lib"
 
 
 def test_a_job_without_the_framework_runs_unchanged_and_its_own_sitecustomize_still_loads(
