@@ -41,7 +41,7 @@ def steps_args(w: Workload) -> list[str]:
     args = list(w.args)
     if "--seconds" in args:
         i = args.index("--seconds")
-        args[i : i + 2] = ["--steps", "4000"]
+        args[i : i + 2] = ["--steps", str(w.oracle_steps)]
     return args
 
 

@@ -5,8 +5,9 @@ Per workload it reports: the baseline step time; what gitmd promoted and the spe
 the oracle's speedup and setting; their ratio; regressions promoted (a promoted setting the oracle
 measured slower) and equivalence violations (a promoted setting whose outputs the oracle saw
 change); the time from the job's start to gitmd's decision; capture overhead (the program's own
-step time under gitmd with exploration off against without gitmd, interleaved); and, for launch
-levers, the recurring case (the launch after the decision gets the policy in its plan and no trial).
+step time under a gitmd at its default duty cycle, exploration off, against without gitmd,
+interleaved 40-second runs); and the recurring case (the launch after the decision gets the policy
+in its plan, or applied to its processes for a live lever, and no new trial of it).
 
   live     one `gitmctl run` of the job (seconds-long), its experiments polled until decided
   launch   `gitmctl run` launches of the recurring job until its launch trial is decided, then one more
@@ -24,6 +25,7 @@ import datetime
 import json
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -132,10 +134,15 @@ def again(g: Gitmd, w: Workload, seconds: float = 25.0) -> dict[str, Any]:
     ivs = list(
         g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=new[0]), timeout=10).interventions
     )
+    exps = experiments(g, new[0])
     return {
         "recurring_got_policy": "launching with its validated policy" in err
         and any(iv.state == "promoted" and "policy" in iv.reason for iv in ivs),
-        "recurring_trial": bool(experiments(g, new[0])),  # an experiment ran on it after all
+        # an experiment ran on it after all, on a lever the policy already holds
+        "recurring_trial": any(e.lever in {iv.lever for iv in ivs if "policy" in iv.reason} for e in exps),
+        "recurring_notes": [x for x in err.splitlines() if "gitmctl run:" in x],
+        "recurring_interventions": [(iv.lever, iv.state, iv.reason) for iv in ivs],
+        "recurring_experiments": [(e.lever, e.state, e.reason) for e in exps],
     }
 
 
@@ -190,21 +197,53 @@ def _exp(e: Any) -> dict[str, Any]:
     }
 
 
-def overhead(g: Gitmd, w: Workload, repeats: int = 2) -> float | None:
-    """Program step time under gitmd (capture, no exploration) over without, interleaved medians."""
+# Capture overhead is what a job pays at gitmd's defaults: its own gitmd with the default duty
+# cycle (the scoreboard's gitmd opens windows every 2 s to decide fast), each run OVERHEAD_S long.
+OVERHEAD_CONFIG = """
+[telemetry]
+backend = "{backend}"
+[metrics]
+port = 0
+"""
+OVERHEAD_S = 40.0
+
+
+def timed_args(w: Workload, seconds: float) -> list[str]:
+    args = list(w.args)
+    for flag in ("--seconds", "--steps"):
+        if flag in args:
+            i = args.index(flag)
+            del args[i : i + 2]
+    return [*args, "--seconds", str(seconds)]
+
+
+def overhead(
+    w: Workload, backend: str, workdir: Path, repeats: int = 2, keep: dict[str, Any] | None = None
+) -> float | None:
+    """Program step time under gitmd (defaults, capture on, no exploration) over without,
+    interleaved medians of OVERHEAD_S-second runs; ``keep`` gets every run's step time and the
+    windows gitmd opened on each gitmd run."""
+    g = Gitmd(workdir / f"{w.name}-overhead", OVERHEAD_CONFIG.format(backend=backend))
+    g.start()
     a, b = [], []
-    for r in range(repeats):
-        for arm in ("plain", "gitmd") if r % 2 == 0 else ("gitmd", "plain"):
-            if arm == "plain":
-                res = oracle.run_once(w, None)
-                a.append(res["step_ms"])
-            else:
-                cmd = job_cmd(g, w, "--no-explore")
-                if "--seconds" in cmd:
-                    i = cmd.index("--seconds")
-                    cmd[i : i + 2] = ["--steps", "4000"]
-                out = subprocess.run(cmd, capture_output=True, text=True, timeout=500).stdout
-                b.append(step_ms(out))
+    prog = [PY, str(oracle.W / w.script), *timed_args(w, OVERHEAD_S)]
+    pin = ["taskset", "-c", CONTENDED_CPUS] if w.contended else []
+    try:
+        for r in range(repeats):
+            for arm in ("plain", "gitmd") if r % 2 == 0 else ("gitmd", "plain"):
+                if arm == "plain":
+                    cmd = [*pin, *prog]
+                else:
+                    cmd = [*pin, *gitmctl(g, "run", "--no-explore", "--"), *prog]
+                before = {j.id for j in jobs(g)} if arm == "gitmd" else set()
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=OVERHEAD_S * 4 + 120).stdout
+                (a if arm == "plain" else b).append(step_ms(out))
+                if arm == "gitmd" and keep is not None:
+                    keep.setdefault("windows", []).extend(j.windows for j in jobs(g) if j.id not in before)
+    finally:
+        g.stop()
+        if keep is not None:
+            keep.update(plain_ms=a, gitmd_ms=b, log=str(g.log))
     a2, b2 = [x for x in a if x], [x for x in b if x]
     return statistics.median(b2) / statistics.median(a2) - 1 if a2 and b2 else None
 
@@ -242,7 +281,7 @@ def report(rows: list[dict[str, Any]], argv: list[str], host: str) -> str:
             return "-" if x is None else fmt.format(x)
 
         rec = "-"
-        if r["mode"] == "launch":
+        if "recurring_got_policy" in r:  # a lever was promoted: the next launch is the recurring case
             rec = (
                 "policy at launch, no trial"
                 if r.get("recurring_got_policy") and not r.get("recurring_trial")
@@ -264,6 +303,7 @@ def main() -> int:
     p.add_argument("--workloads", default="", help="comma-separated names (default: all); each is a part")
     p.add_argument("--oracle-repeats", type=int, default=3)
     p.add_argument("--no-oracle", action="store_true", help="gitmd's side only")
+    p.add_argument("--no-overhead", action="store_true", help="skip the capture overhead runs")
     p.add_argument("--backend", default="nvml")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     a = p.parse_args()
@@ -288,11 +328,18 @@ def main() -> int:
             hog = oracle.hogs(w)
             try:
                 got = launch(g, w) if w.mode == "launch" else live(g, w)
-                got["overhead"] = overhead(g, w)
+                runs: dict[str, Any] = {}
+                got["overhead"] = overhead(w, a.backend, Path(d), keep=runs) if not a.no_overhead else None
+                got["overhead_runs"] = runs
             finally:
                 if hog is not None:
                     hog.kill()
                 g.stop()
+                a.out.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(g.log, a.out / f"{w.name}-gitmd.log")
+                ovh_log = Path(d) / f"{w.name}-overhead.log"
+                if ovh_log.exists():
+                    shutil.copyfile(ovh_log, a.out / f"{w.name}-overhead-gitmd.log")
         rows.append(score(w, got, orc))
         if orc is not None:
             rows[-1]["oracle"] = orc

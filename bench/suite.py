@@ -44,6 +44,7 @@ class Workload:
     settings: tuple[Setting, ...]
     contended: bool = False
     live_seconds: float = 90.0  # live mode: how long the job runs under gitmd at most
+    oracle_steps: int = 4000  # live mode: the oracle's runs are this many steps
 
     def argv(self, python: str) -> list[str]:
         return [python, str(W / self.script), *self.args]
@@ -87,8 +88,8 @@ def suite() -> list[Workload]:
         Workload("stream_inversion", "stream_inversion.py", ("--seconds", "90"),
                  "latency-critical stream queued behind bulk kernels", "live", loss, 1e-9,
                  (Setting("stream_priority", {"priority": -5}, argv=("--critical-priority", "-5")),)),
-        Workload("pageable_input", "pageable_input.py", ("--steps", "400"), "batches copied from pageable memory",
-                 "launch", checksum, 1e-6, (env_setting("dataloader_pin_memory"),)),
+        Workload("pageable_input", "pageable_input.py", ("--seconds", "90"), "batches copied from pageable numpy arrays",
+                 "live", checksum, 1e-6, (Setting("pin_host_buffer", {}, argv=("--pin",)),), oracle_steps=1000),
         Workload("dataloader_input", "dataloader_input.py", ("--steps", "300"), "DataLoader batches copied from pageable memory (pin_memory left off)",
                  "launch", checksum, 1e-6, (env_setting("dataloader_pin_memory"),)),
         Workload("sync_every_step", "sync_every_step.py", ("--steps", "3000"), "a device synchronization every step",

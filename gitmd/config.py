@@ -54,7 +54,7 @@ class MetricsConfig:
     address: str = "127.0.0.1"
 
 
-CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload", "streams")
+CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload", "streams", "hostsrc")
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ class CaptureConfig:
     kinds: tuple[str, ...] = CAPTURE_KINDS
     overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
+    # preload libgitm_guard.so (next to the shim) into jobs, so pin_host_buffer can page-lock hot
+    # host buffers: it unregisters a range before the program frees or unmaps it
+    free_guard: bool = True
 
 
 LAUNCH_LEVERS = (
@@ -89,7 +92,13 @@ class ExperimentsConfig:
     min_gain: float = 0.03  # promote only when the interval's lower bound clears 1 + min_gain
     rounds: int = 4  # AB/BA pairs per experiment
     settle_s: float = 0.5  # after applying, before the treatment window
-    live_levers: tuple[str, ...] = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release")
+    live_levers: tuple[str, ...] = (
+        "cpu_affinity",
+        "sched_priority",
+        "stream_priority",
+        "mempool_release",
+        "pin_host_buffer",
+    )
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
@@ -282,7 +291,7 @@ def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(v.items()))
 
 
-LIVE_LEVERS = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release")
+LIVE_LEVERS = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release", "pin_host_buffer")
 
 
 def _live_levers(v: Any) -> tuple[str, ...]:
@@ -330,6 +339,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "kinds": _kinds,
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
+        "free_guard": _bool,
     },
     "experiments": {
         "enabled": _bool,

@@ -24,6 +24,7 @@ from gitmd import __version__
 from gitmd.analysis import timeline as timeline_mod
 from gitmd.analysis.causes import starved_stream
 from gitmd.analysis.fingerprint import signature
+from gitmd.analysis.hostbuffers import HotBuffer, hot_pageable_buffers, to_pin
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
 from gitmd.analysis.steps import JobSteps, job_steps
@@ -654,6 +655,11 @@ class Service:
                 self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
+            # A job identified already is not fingerprinted again while gitmd has changed it (an
+            # experiment's treatment, a promoted lever): its step looks different then, and would
+            # be taken for another workload — its policy stored there, never found at the next launch.
+            if sig is not None and job.workload_id and self._changed(job.id):
+                sig = None
             if sig is not None:
                 first = window.job_id not in self._fingerprinted
                 workload_id = self.library.observe(sig, job.launch_key, job.name, new_run=first)
@@ -663,6 +669,16 @@ class Service:
                     job = self.jobs.get(job.id)
         self._publish("window", self._view(job))
         return steps
+
+    def _changed(self, job_id: str) -> bool:
+        """Something gitmd applied is in force on the job: a policy or a launch trial's arm at
+        launch, a live experiment or lever now."""
+        if self._policies.get(job_id) or job_id in self._trial_runs:
+            return True
+        with self._exp_lock:
+            if job_id in self._exp_running:
+                return True
+        return any(iv.state in ("applying", "applied", "promoted") for iv in self.interventions.list(job_id))
 
     # -- library -------------------------------------------------------------------------------
     def workloads(self) -> list[Workload]:
@@ -756,6 +772,23 @@ class Service:
             if not cpus or set(cpus) == current:
                 return None
             return make_lever("cpu_affinity", cpus=sorted(cpus))
+        if name == "pin_host_buffer":
+            window = self._newest.get(job.id)
+            if window is None or self.capture is None:
+                return None
+            rings = self.capture.ring_paths(job.id)
+            best: tuple[int, int, list[HotBuffer]] | None = None
+            for p in window.processes:
+                if p.pid not in rings:
+                    continue
+                pin = to_pin(hot_pageable_buffers(p.records))
+                saving = sum(b.pageable_ns for b in pin)
+                if pin and (best is None or saving > best[0]):
+                    best = (saving, p.pid, pin)
+            if best is None:
+                return None
+            _, pid, pin = best
+            return make_lever("pin_host_buffer", pid=pid, buffers=[[b.address, b.bytes] for b in pin])
         if name in ("stream_priority", "mempool_release"):
             window = self._newest.get(job.id)
             if window is None or self.capture is None:

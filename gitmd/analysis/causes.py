@@ -34,6 +34,7 @@ import numpy as np
 from gitmd.analysis.breakdown import Breakdown
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.context_stats import GpuStats, HostStats
+from gitmd.analysis.hostbuffers import hot_pageable_buffers, to_pin
 from gitmd.analysis.model import Residuals
 from gitmd.capture.decode import Decoded
 
@@ -120,6 +121,17 @@ def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
     return float(d.sum()), int(sel.sum())
 
 
+def _hot_buffers_evidence(r: Decoded) -> str:
+    hot = hot_pageable_buffers(r)
+    if not hot:
+        return ""
+    pin = to_pin(hot)
+    said = f"{len(hot)} host buffer(s) copied again and again, {sum(h.bytes for h in hot) / 2**20:.0f} MiB"
+    if len(pin) < len(hot):
+        said += f"; {len(hot) - len(pin)} not waited for by the host after their copies (not pinnable)"
+    return said
+
+
 def _support(name: str, tests: list[GrangerTest]) -> tuple[float, str]:
     hits = [t for t in tests if t.significant and t.series in SUPPORT.get(name, ())]
     if not hits:
@@ -200,6 +212,7 @@ def rank(
         0.9 if b.pageable_copies else 0.0,
         f"{b.pageable_copies} pageable copies, {b.pageable_bytes / 2**20:.0f} MiB in {_ms(b.pageable_ns)}; "
         f"at {b.pinned_bytes_per_s / 1e9:.1f} GB/s pinned they take {_ms(b.pageable_saving_ns)} less",
+        _hot_buffers_evidence(records) if b.pageable_copies else "",
     )
     out.add(
         "allocator",

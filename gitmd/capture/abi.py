@@ -69,6 +69,7 @@ class Abi:
             (self.const("GITM_REC_CLOCK"), "struct gitm_clock_payload"),
             (self.const("GITM_REC_WINDOW"), "struct gitm_window_payload"),
             (self.const("GITM_REC_PAYLOAD"), "struct gitm_payload_payload"),
+            (self.const("GITM_REC_HOSTSRC"), "struct gitm_hostsrc_payload"),
         ):
             pf = _fields(self.dtype(struct))
             own = [n for n in pf if not n.startswith("_")]

@@ -31,7 +31,9 @@ _KINDS = {
     "clocks": "GITM_REC_CLOCK",
     "windows": "GITM_REC_WINDOW",
     "payloads": "GITM_REC_PAYLOAD",
+    "hostsrcs": "GITM_REC_HOSTSRC",
 }
+_OPTIONAL = frozenset({"hostsrcs"})  # absent from captures written before they existed
 MAX_PROCESSES = 4096
 
 
@@ -104,6 +106,7 @@ def loads(data: bytes | Path, abi: Abi | None = None) -> WindowResult:
             arrays = {
                 kind: _view(npz[f"p{i}_{kind}"], a.payloads[a.const(const)], f"process {i} {kind}")
                 for kind, const in _KINDS.items()
+                if kind not in _OPTIONAL or f"p{i}_{kind}" in npz
             }
             names = {int(k): str(v) for k, v in pm["names"].items()}
             status = RingStatus(**pm["status"])

@@ -30,6 +30,11 @@ class Decoded:
     windows: np.ndarray
     payloads: np.ndarray
     names: dict[int, str] = field(default_factory=dict)
+    # host addresses of host-to-device copies (GITM_REC_HOSTSRC); empty in captures made before
+    # they existed
+    hostsrcs: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, load().payloads[load().const("GITM_REC_HOSTSRC")])
+    )
 
     @property
     def count(self) -> int:
@@ -104,6 +109,7 @@ def decode(raw: np.ndarray, abi: Abi | None = None, names: NameTable | None = No
         windows=of("GITM_REC_WINDOW"),
         payloads=of("GITM_REC_PAYLOAD"),
         names=names.names,
+        hostsrcs=of("GITM_REC_HOSTSRC"),
     )
 
 

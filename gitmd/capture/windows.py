@@ -26,7 +26,16 @@ from gitmd.jobs.liveness import ProcessWatcher, start_ticks
 
 log = logging.getLogger(__name__)
 
-KIND_BITS = {"kernel": 1, "memcpy": 2, "memset": 4, "sync": 8, "memory": 16, "payload": 32, "streams": 64}
+KIND_BITS = {
+    "kernel": 1,
+    "memcpy": 2,
+    "memset": 4,
+    "sync": 8,
+    "memory": 16,
+    "payload": 32,
+    "streams": 64,
+    "hostsrc": 128,
+}
 
 
 def process_alive(pid: int, ticks: int) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 INSTALLED_SHIM = Path("/usr/lib/gitmd/libgitm_shim.so")
 SOURCE_SHIM = Path(__file__).resolve().parents[2] / "shim" / "build" / "libgitm_shim.so"
+GUARD_NAME = "libgitm_guard.so"
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,21 @@ def find_shim(configured: Path | None) -> tuple[Path | None, str | None]:
     )
 
 
+def find_guard(shim: Path) -> Path | None:
+    """libgitm_guard.so, built and installed next to the shim; None if absent."""
+    guard = shim.parent / GUARD_NAME
+    return guard if guard.is_file() else None
+
+
 def build_plan(
-    job_id: str, job_dir: Path | None, shim: Path | None, ring_records: int, warnings: list[str]
+    job_id: str,
+    job_dir: Path | None,
+    shim: Path | None,
+    ring_records: int,
+    warnings: list[str],
+    free_guard: bool = True,
 ) -> LaunchPlan:
+    """``GITM_GUARD`` names the free guard; launchers put it first on LD_PRELOAD (job_environment)."""
     env = {"GITM_JOB_ID": job_id}
     capture = job_dir is not None and shim is not None
     if capture:
@@ -47,6 +60,9 @@ def build_plan(
         env["GITM_JOB_DIR"] = str(job_dir)
         env["CUDA_INJECTION64_PATH"] = str(shim)
         env["GITM_RING_RECORDS"] = str(ring_records)
+        guard = find_guard(shim) if free_guard else None
+        if guard is not None:
+            env["GITM_GUARD"] = str(guard)
     return LaunchPlan(env=env, warnings=tuple(warnings), capture=capture)
 
 

@@ -154,7 +154,9 @@ class JobRegistry:
                 job_dir, why = make_job_dir(self.jobs_dir, job_id, uid, gid)
                 if why:
                     warnings.append(why)
-        plan = build_plan(job_id, job_dir, shim, self.capture_cfg.ring_records, warnings)
+        plan = build_plan(
+            job_id, job_dir, shim, self.capture_cfg.ring_records, warnings, self.capture_cfg.free_guard
+        )
         job = Job(
             id=job_id,
             name=name,

@@ -29,12 +29,13 @@ def with_site(env: Mapping[str, str]) -> dict[str, str]:
 
 def job_environment(base: Mapping[str, str], additions: Mapping[str, str]) -> dict[str, str]:
     """What a launcher runs the job with: ``base`` (its own environment) plus the plan's
-    ``additions``; with a framework knob among them, gitmd's site directory first on PYTHONPATH."""
+    ``additions``; with a framework knob among them, gitmd's site directory first on PYTHONPATH;
+    with the free guard (``GITM_GUARD``), the guard first on LD_PRELOAD."""
     env = {**base, **with_site(additions)}
-    site = env.get("GITM_SITE")
-    if site:
-        current = base.get("PYTHONPATH")
-        env["PYTHONPATH"] = f"{site}:{current}" if current else site
+    for var, path in (("PYTHONPATH", env.get("GITM_SITE")), ("LD_PRELOAD", env.get("GITM_GUARD"))):
+        if path:
+            current = base.get(var)
+            env[var] = f"{path}:{current}" if current else path
     return env
 
 

@@ -1,8 +1,7 @@
 """The catalog: every lever gitmd may try, by name, in one explicit table.
 
 Names are those of ``gitmd.analysis.causes.LEVERS``; a test checks that every lever a cause selects
-is here or listed in ``NOT_YET`` (pinning a hot host buffer, which needs the shim to follow the
-program's frees).
+is here.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from gitmd.levers.launch_env import (
     DataloaderWorkers,
     Tf32Override,
 )
-from gitmd.levers.shim_knobs import MempoolRelease, StreamPriority
+from gitmd.levers.shim_knobs import MempoolRelease, PinHostBuffer, StreamPriority
 
 CATALOG: dict[str, type[Lever]] = {
     cls.name: cls
@@ -41,11 +40,11 @@ CATALOG: dict[str, type[Lever]] = {
         SchedPriority,
         StreamPriority,
         MempoolRelease,
+        PinHostBuffer,
         PowerLimit,
         SmClockLock,
     )
 }
-NOT_YET = frozenset({"pin_host_buffer"})
 
 
 def make(name: str, **setting: Any) -> Lever:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from gitmd.levers.base import Kind, Lever, LeverError, Target
+from gitmd.levers.base import Kind, Lever, LeverError, Risk, Target
 
 UINT64 = (1 << 64) - 1
 _WHY = {
@@ -24,6 +24,10 @@ _WHY = {
     -errno.EINVAL: "the shim refused the value",
     -errno.ENODEV: "no such device in the process",
     -errno.EIO: "the CUDA call failed",
+    -errno.ENOTSUP: "the job was launched without gitmd's free guard (libgitm_guard.so not preloaded)",
+    -errno.EFAULT: "the range is not private anonymous read-write memory of the process",
+    -errno.ENOSPC: "the free guard's table is full",
+    -errno.EBUSY: "the process has not copied to the device in a window yet (no CUDA context known)",
 }
 
 
@@ -41,7 +45,8 @@ class KnobLever(Lever):
         except (KeyError, TypeError, ValueError):
             raise LeverError(f"{self.name}: the setting names no process (pid)") from None
 
-    def send(self, target: Target, args: tuple[int, ...]) -> list[int]:
+    def send(self, target: Target, args: tuple[int, ...], ok: tuple[int, ...] = ()) -> list[int]:
+        """The knob's outputs; a result other than 0 (or one of ``ok``) raises LeverError."""
         from gitmd.capture.ring import Ring, RingError  # the capture package loads cffi: only when used
 
         pid = self._pid()
@@ -62,7 +67,7 @@ class KnobLever(Lever):
                 raise LeverError(f"{self.name}: {e}") from None
         finally:
             ring.close()
-        if rc != 0:
+        if rc != 0 and rc not in ok:
             why = _WHY.get(rc, os.strerror(-rc) if rc < 0 else str(rc))
             cu = f" (CUresult {out[2]})" if rc == -errno.EIO else ""
             raise LeverError(f"{self.name} on pid {pid}: {why}{cu}")
@@ -132,3 +137,65 @@ class MempoolRelease(KnobLever):
 
     def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
         self.send(target, (self._device(), int(saved["bytes"]), 0))
+
+
+class PinHostBuffer(KnobLever):
+    """Page-lock the host buffers a process copies to the device from pageable memory every step
+    (``cuMemHostRegister``), so those copies run at pinned bandwidth instead of through the
+    driver's staging buffer. Only buffers the host waits for after each copy are chosen
+    (``gitmd.analysis.hostbuffers``). The job must run with gitmd's free guard preloaded: it
+    unregisters a range before the program frees or unmaps it, so a registration never outlives
+    its pages; a range the program gave back is already unregistered when this lever reverts."""
+
+    name = "pin_host_buffer"
+    causes = frozenset({"pageable_copy"})
+    risk = Risk.MEMORY
+    op_name = "GITM_KNOB_HOST_REGISTER"
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"hostmem:{self.setting.get('pid')}"})
+
+    def _buffers(self) -> list[tuple[int, int]]:
+        raw = self.setting.get("buffers")
+        if not isinstance(raw, list) or not raw:
+            raise LeverError("pin_host_buffer: the setting names no buffers ([[address, bytes], ...])")
+        try:
+            out = [(int(a), int(n)) for a, n in raw]
+        except (TypeError, ValueError):
+            raise LeverError("pin_host_buffer: buffers must be [[address, bytes], ...]") from None
+        if any(a <= 0 or n <= 0 or a + n > UINT64 for a, n in out):
+            raise LeverError("pin_host_buffer: a buffer has a bad address or size")
+        return out
+
+    def _registered(self, target: Target, address: int, size: int) -> bool:
+        return bool(self.send(target, (address, size, 2))[0])
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        # ranges already page-locked by gitmd in this process (a policy applied earlier): kept at revert
+        return {"registered": [a for a, n in self._buffers() if self._registered(target, a, n)]}
+
+    def apply(self, target: Target) -> None:
+        done: list[int] = []
+        try:
+            for a, n in self._buffers():
+                self.send(target, (a, n, 0))
+                done.append(a)
+        except LeverError:
+            for a in done:
+                self._unregister(target, a)
+            raise
+
+    def _unregister(self, target: Target, address: int) -> None:
+        # -ENOENT: not registered any more: the program freed it and the guard unregistered it then
+        self.send(target, (address, 0, 1), ok=(-errno.ENOENT,))
+
+    def verify(self, target: Target) -> None:
+        missing = [hex(a) for a, n in self._buffers() if not self._registered(target, a, n)]
+        if missing:
+            raise LeverError(f"pin_host_buffer: {', '.join(missing)} not page-locked")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        keep = {int(a) for a in saved.get("registered", [])}
+        for a, _ in self._buffers():
+            if a not in keep:
+                self._unregister(target, a)

@@ -451,6 +451,7 @@ LIVE_POLICY_LEVERS: dict[str, tuple[str, ...]] = {
     "cpu_affinity": (),
     "sched_priority": ("nice",),
     "mempool_release": ("bytes",),
+    "pin_host_buffer": (),  # the buffers are found anew in each run
 }
 
 

@@ -52,6 +52,7 @@ extern "C" {
 #define GITM_REC_PAYLOAD 7
 #define GITM_REC_CLOCK 8
 #define GITM_REC_WINDOW 9
+#define GITM_REC_HOSTSRC 10
 
 /* activity kinds the daemon may ask for (gitm_control.kinds_mask) */
 #define GITM_KIND_KERNEL 1
@@ -63,7 +64,11 @@ extern "C" {
 /* learn the CUstream behind each stream id seen in kernel launches (first 100 ms of a window;
  * the stream-priority knob needs it) */
 #define GITM_KIND_STREAMS 64
-#define GITM_KIND_ALL 127
+/* the host addresses of host-to-device copies of at least GITM_HOSTSRC_MIN_BYTES (API callbacks;
+ * joined to MEMCPY records by correlation id: which pageable buffers are hot) */
+#define GITM_KIND_HOSTSRC 128
+#define GITM_KIND_ALL 255
+#define GITM_HOSTSRC_MIN_BYTES 65536
 
 /* memory kinds (memcpy src/dst, memset, memory records): CUPTI's CUpti_ActivityMemoryKind values */
 #define GITM_MEM_UNKNOWN 0
@@ -86,6 +91,15 @@ extern "C" {
 /* args[0] device ordinal, args[1] release threshold in bytes, args[2] 1: only read it.
  * out[0] the threshold before, out[1] after, out[2] the CUresult on error. */
 #define GITM_KNOB_MEMPOOL_RELEASE 3
+/* Page-lock a hot pageable source buffer (cuMemHostRegister, portable) so copies from it run at
+ * pinned speed. args[0] address, args[1] bytes, args[2] 0 register, 1 unregister, 2 only read.
+ * out[0] 1 if the range is registered by the shim after the command, out[1] ranges the program
+ * freed or unmapped while registered (released by the guard), out[2] the CUresult on error.
+ * Registering needs libgitm_guard.so preloaded (it unregisters a range before the program's
+ * free/realloc/munmap/mremap/madvise/mmap(MAP_FIXED) releases it): -ENOTSUP without it.
+ * -EFAULT: not one private anonymous read-write mapping; -ENOSPC: the guard's table is full;
+ * -ENOENT (unregister): not registered (any more); -EBUSY: no CUDA context seen yet. */
+#define GITM_KNOB_HOST_REGISTER 4
 
 struct gitm_clock_pair {
     uint64_t cupti_ns;    /* cuptiGetTimestamp() */
@@ -231,6 +245,19 @@ struct gitm_window_payload {     /* GITM_REC_WINDOW: flags 1 open, 2 close; star
     uint64_t cupti_ns;
     uint8_t _pad[16];
 };
+#define GITM_HOSTSRC_SYNC_API 1   /* a synchronous copy API: the host waits for the copy */
+#define GITM_HOSTSRC_SYNCED 2     /* asynchronous, and the thread's next copy or sync call was a sync
+                                   * covering its stream: the host waited before going on */
+#define GITM_HOSTSRC_GENERIC 4    /* cuMemcpy(Async): the source may be device memory */
+struct gitm_hostsrc_payload {    /* GITM_REC_HOSTSRC: correlation_id of the copy's API call;
+                                  * flags GITM_HOSTSRC_*; start_ns: CUPTI time at the API's return */
+    uint64_t src;
+    uint64_t dst;
+    uint64_t bytes;
+    uint32_t cbid;               /* CUPTI driver callback id of the copy API */
+    uint32_t _pad0;
+};
+
 /* GITM_REC_NAME: correlation_id = name id, device = chunk index, flags bit 0 = last chunk;
  * start_ns, end_ns and payload hold GITM_NAME_CHUNK bytes of the name, NUL-padded. */
 /* GITM_ABI_END */
@@ -248,6 +275,7 @@ _Static_assert(sizeof(struct gitm_sync_payload) == 32, "sync payload");
 _Static_assert(sizeof(struct gitm_memory_payload) == 32, "memory payload");
 _Static_assert(sizeof(struct gitm_clock_payload) == 32, "clock payload");
 _Static_assert(sizeof(struct gitm_window_payload) == 32, "window payload");
+_Static_assert(sizeof(struct gitm_hostsrc_payload) == 32, "hostsrc payload");
 _Static_assert(sizeof(struct gitm_ring_header) <= GITM_PAGE_SIZE, "header fits a page");
 _Static_assert(sizeof(struct gitm_control) <= GITM_PAGE_SIZE, "control fits a page");
 _Static_assert(__builtin_offsetof(struct gitm_ring_header, head) == 64, "head on its own line");

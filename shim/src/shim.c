@@ -26,6 +26,8 @@
 #include <cupti.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -36,6 +38,7 @@
 #include <unistd.h>
 
 #include "gitm_shim.h"
+#include "guard.h"
 #include "names.h"
 #include "ring.h"
 
@@ -67,6 +70,10 @@ static struct {
     pthread_mutex_t payload_lock; /* the pending table; taken only in copy and sync API callbacks */
     int learning;                 /* launch callbacks note streams (GITM_KIND_STREAMS) */
     uint64_t learn_until_ns;
+    int payload_on;               /* GITM_KIND_PAYLOAD granted in the open window */
+    int hostsrc_on;               /* GITM_KIND_HOSTSRC granted in the open window */
+    CUcontext copy_ctx;           /* the context of the last host-to-device copy seen (host register) */
+    volatile int exiting;         /* at_exit ran: no more CUDA calls from the guard's releases */
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -512,6 +519,113 @@ static void synchronized(CUstream stream, int all)
     pthread_mutex_unlock(&g.payload_lock);
 }
 
+/* ---- hot host sources ------------------------------------------------------------------------ *
+ * The host address of each host-to-device copy of GITM_HOSTSRC_MIN_BYTES or more, so the daemon can
+ * tell which pageable buffers are copied every step (the MEMCPY activity record says PAGEABLE and the
+ * size, not the address; both carry the API's correlation id). An asynchronous copy is reported when
+ * the same thread's next copy or synchronization call is seen: SYNCED when that call was a sync
+ * covering the copy's stream, i.e. the host waited for it before going on. Only those buffers (and
+ * the ones of synchronous copies) may be page-locked behind the program's back: page-locked, an
+ * asynchronous copy really is asynchronous, and a host that rewrote the buffer before waiting would
+ * change what the device reads.
+ */
+
+static __thread struct tl_copy {
+    uint64_t src, dst, bytes;
+    CUstream stream;
+    uint32_t corr, cbid, window;
+    uint8_t flags;
+} tl_copy;
+
+static void emit_hostsrc(const struct tl_copy *c, uint8_t flags)
+{
+    uint64_t now = 0;
+    cuptiGetTimestamp(&now);
+    uint64_t pos;
+    struct gitm_record *rec = reserve(&pos);
+    if (!rec)
+        return;
+    rec->type = GITM_REC_HOSTSRC;
+    rec->flags = flags;
+    rec->correlation_id = c->corr;
+    rec->start_ns = now;
+    struct gitm_hostsrc_payload *p = (struct gitm_hostsrc_payload *)rec->payload;
+    p->src = c->src;
+    p->dst = c->dst;
+    p->bytes = c->bytes;
+    p->cbid = c->cbid;
+    publish(rec, pos);
+}
+
+/* the thread's pending asynchronous copy, reported now: SYNCED if `covered` */
+static void settle_copy(int covered)
+{
+    if (!tl_copy.corr)
+        return;
+    if (tl_copy.window == g.window_id)
+        emit_hostsrc(&tl_copy, (uint8_t)(tl_copy.flags | (covered ? GITM_HOSTSRC_SYNCED : 0)));
+    tl_copy.corr = 0;
+}
+
+static void hostsrc_seen(CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
+{
+    const void *a = cb->functionParams;
+    struct tl_copy c = {.corr = cb->correlationId, .cbid = (uint32_t)cbid, .window = g.window_id};
+    int async = 0;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds: {
+        const cuMemcpyHtoD_v2_params *p = a;
+        c.src = (uint64_t)(uintptr_t)p->srcHost, c.dst = p->dstDevice, c.bytes = p->ByteCount;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+        const cuMemcpyHtoDAsync_v2_params *p = a;
+        c.src = (uint64_t)(uintptr_t)p->srcHost, c.dst = p->dstDevice, c.bytes = p->ByteCount;
+        c.stream = p->hStream;
+        async = 1;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds: {
+        const cuMemcpy_params *p = a;
+        c.src = p->src, c.dst = p->dst, c.bytes = p->ByteCount, c.flags = GITM_HOSTSRC_GENERIC;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
+        const cuMemcpyAsync_params *p = a;
+        c.src = p->src, c.dst = p->dst, c.bytes = p->ByteCount, c.flags = GITM_HOSTSRC_GENERIC;
+        c.stream = p->hStream;
+        async = 1;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz: {
+        CUstream h = ((const cuStreamSynchronize_params *)a)->hStream;
+        if (tl_copy.corr)
+            settle_copy(h == tl_copy.stream);
+        return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+        if (tl_copy.corr)
+            settle_copy(1);
+        return;
+    default:
+        return;
+    }
+    if (tl_copy.corr) /* another copy before a sync: the earlier one was not waited for */
+        settle_copy(0);
+    if (c.bytes < GITM_HOSTSRC_MIN_BYTES)
+        return;
+    __atomic_store_n(&g.copy_ctx, cb->context, __ATOMIC_RELAXED);
+    if (async)
+        tl_copy = c;
+    else
+        emit_hostsrc(&c, (uint8_t)(c.flags | GITM_HOSTSRC_SYNC_API));
+}
+
 static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId cbid, const void *info)
 {
     (void)u;
@@ -524,6 +638,10 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
         return;
     const void *a = cb->functionParams;
     uint32_t corr = cb->correlationId;
+    if (__atomic_load_n(&g.hostsrc_on, __ATOMIC_RELAXED))
+        hostsrc_seen(cbid, cb);
+    if (!__atomic_load_n(&g.payload_on, __ATOMIC_RELAXED))
+        return;
     switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: {
@@ -572,6 +690,23 @@ static const CUpti_CallbackId PAYLOAD_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
 };
 
+static const CUpti_CallbackId HOSTSRC_CBIDS[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,          CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy,                 CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+};
+
+static int enable_cbids(const CUpti_CallbackId *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (cuptiEnableCallback(1, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]) != CUPTI_SUCCESS)
+            return 0;
+    return 1;
+}
+
 static void enable_learning(int on)
 {
     __atomic_store_n(&g.learning, on, __ATOMIC_RELAXED);
@@ -583,20 +718,19 @@ static void enable_learning(int on)
  * learning. Failing leaves the window without either. */
 static uint32_t start_payloads(uint32_t mask)
 {
-    if (!(mask & (GITM_KIND_PAYLOAD | GITM_KIND_STREAMS)))
+    if (!(mask & (GITM_KIND_PAYLOAD | GITM_KIND_STREAMS | GITM_KIND_HOSTSRC)))
         return 0;
     if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
         return 0;
     g.payload_subscribed = 1;
     uint32_t got = 0;
-    if (mask & GITM_KIND_PAYLOAD) {
-        got = GITM_KIND_PAYLOAD;
-        for (size_t i = 0; i < sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0]; i++) {
-            if (cuptiEnableCallback(1, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, PAYLOAD_CBIDS[i]) != CUPTI_SUCCESS) {
-                got = 0;
-                break;
-            }
-        }
+    if ((mask & GITM_KIND_PAYLOAD) && enable_cbids(PAYLOAD_CBIDS, sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0])) {
+        got |= GITM_KIND_PAYLOAD;
+        __atomic_store_n(&g.payload_on, 1, __ATOMIC_RELAXED);
+    }
+    if ((mask & GITM_KIND_HOSTSRC) && enable_cbids(HOSTSRC_CBIDS, sizeof HOSTSRC_CBIDS / sizeof HOSTSRC_CBIDS[0])) {
+        got |= GITM_KIND_HOSTSRC;
+        __atomic_store_n(&g.hostsrc_on, 1, __ATOMIC_RELAXED);
     }
     if (mask & GITM_KIND_STREAMS) {
         enable_learning(1);
@@ -616,6 +750,8 @@ static void stop_payloads(void)
     if (!g.payload_subscribed)
         return;
     __atomic_store_n(&g.learning, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g.payload_on, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g.hostsrc_on, 0, __ATOMIC_RELAXED);
     cuptiUnsubscribe(g.payload_sub);
     g.payload_subscribed = 0;
     pthread_mutex_lock(&g.payload_lock);
@@ -811,6 +947,126 @@ static int32_t knob_mempool_release(const uint64_t *args, uint64_t *out)
     return r == CUDA_SUCCESS ? 0 : (r == CUDA_ERROR_INVALID_DEVICE ? -ENODEV : -EIO);
 }
 
+/* Called by libgitm_guard.so (any thread, its lock held) before the program releases a registered
+ * range, and by the unregister knob. Not in a forked child (CUDA is unusable there) nor after exit
+ * began (the driver may be tearing down; the kernel unpins at exit). */
+static int release_host(uint64_t base)
+{
+    if (g.exiting || getpid() != g.pid)
+        return 0;
+    CUresult (*unreg)(void *) = (CUresult(*)(void *))cuda_fn("cuMemHostUnregister");
+    ctx_push_fn push = (ctx_push_fn)cuda_fn("cuCtxPushCurrent_v2");
+    ctx_pop_fn pop = (ctx_pop_fn)cuda_fn("cuCtxPopCurrent_v2");
+    CUcontext ctx = __atomic_load_n(&g.copy_ctx, __ATOMIC_RELAXED);
+    if (!unreg || !push || !pop || !ctx || push(ctx) != CUDA_SUCCESS)
+        return -1;
+    CUresult r = unreg((void *)(uintptr_t)base);
+    CUcontext popped;
+    pop(&popped);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* [addr, addr + len) inside private, anonymous, read-write mappings that follow one another without
+ * a hole (malloc's heap or arenas, an mmap'd chunk that madvise split into several VMAs): not a file,
+ * not a stack, not device or shared memory. */
+static int private_anonymous(uint64_t addr, uint64_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return 0;
+    char line[512];
+    uint64_t covered = 0; /* the range is good up to here */
+    int ok = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi, off, inode;
+        char perms[8], dev[16];
+        int n = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %n", &lo, &hi, perms, &off, dev, &inode, &n) < 6)
+            continue;
+        if (!covered && (addr < lo || addr >= hi))
+            continue;
+        if (covered && lo != covered)
+            break; /* a hole */
+        const char *path = line + n;
+        path += strspn(path, " ");
+        int named = *path && *path != '\n';
+        if (strncmp(perms, "rw-p", 4) != 0 || inode != 0 || (named && strncmp(path, "[heap]", 6) != 0))
+            break;
+        covered = hi;
+        if (addr + len <= covered) {
+            ok = 1;
+            break;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+static int32_t knob_host_register(const uint64_t *args, uint64_t *out)
+{
+    int (*add)(uint64_t, uint64_t, gitm_guard_release_fn) =
+        (int (*)(uint64_t, uint64_t, gitm_guard_release_fn))dlsym(RTLD_DEFAULT, "gitm_guard_add");
+    int (*remove)(uint64_t, int) = (int (*)(uint64_t, int))dlsym(RTLD_DEFAULT, "gitm_guard_remove");
+    int (*holds)(uint64_t) = (int (*)(uint64_t))dlsym(RTLD_DEFAULT, "gitm_guard_holds");
+    uint64_t (*released)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_released");
+    uint64_t addr = args[0], len = args[1], op = args[2];
+    if (!add || !remove || !holds || !released) {
+        out[0] = 0;
+        return op == 2 ? 0 : -ENOTSUP; /* nothing can be registered: nothing is */
+    }
+    if (op == 2 || op == 1) {
+        int found = op == 1 ? remove(addr, 1) : 1;
+        out[0] = (uint64_t)holds(addr);
+        out[1] = released();
+        return found ? 0 : -ENOENT;
+    }
+    if (op != 0 || !addr || !len || addr + len < addr)
+        return -EINVAL;
+    if (holds(addr)) {
+        out[0] = 1;
+        out[1] = released();
+        return 0;
+    }
+    if (!private_anonymous(addr, len))
+        return -EFAULT;
+    CUresult (*reg)(void *, size_t, unsigned) = (CUresult(*)(void *, size_t, unsigned))cuda_fn("cuMemHostRegister_v2");
+    ctx_push_fn push = (ctx_push_fn)cuda_fn("cuCtxPushCurrent_v2");
+    ctx_pop_fn pop = (ctx_pop_fn)cuda_fn("cuCtxPopCurrent_v2");
+    if (!reg || !push || !pop)
+        return -ELIBACC;
+    CUcontext ctx = __atomic_load_n(&g.copy_ctx, __ATOMIC_RELAXED);
+    if (!ctx)
+        return -EBUSY;
+    /* guarded first: a free racing with the registration releases it (an unregister of a range not
+     * registered yet fails harmlessly), and the check below sees it gone */
+    int rc = add(addr, len, release_host);
+    if (rc != 0)
+        return rc;
+    if (push(ctx) != CUDA_SUCCESS) {
+        remove(addr, 0);
+        return -ESTALE;
+    }
+    CUresult r = reg((void *)(uintptr_t)addr, (size_t)len, CU_MEMHOSTREGISTER_PORTABLE);
+    CUcontext popped;
+    pop(&popped);
+    if (r != CUDA_SUCCESS) {
+        remove(addr, 0);
+        out[2] = (uint64_t)r;
+        return -EIO;
+    }
+    if (!holds(addr)) { /* the program released it meanwhile */
+        release_host(addr);
+        out[1] = released();
+        return -ENOENT;
+    }
+    /* page-locked ranges may be excluded from fork (MADV_DONTFORK): a forked child that reads its
+     * copy of the buffer must still find it (the kernel copies pinned pages at fork) */
+    syscall(SYS_madvise, (void *)(uintptr_t)(addr & ~(uint64_t)4095), (size_t)(len + (addr & 4095)), MADV_DOFORK);
+    out[0] = 1;
+    out[1] = released();
+    return 0;
+}
+
 static void handle_knob(struct gitm_control *c)
 {
     uint32_t seq = __atomic_load_n(&c->knob_seq, __ATOMIC_ACQUIRE);
@@ -826,11 +1082,13 @@ static void handle_knob(struct gitm_control *c)
         c->knob_result = 0;
         break;
     case GITM_KNOB_STREAM_PRIORITY:
-    case GITM_KNOB_MEMPOOL_RELEASE: {
+    case GITM_KNOB_MEMPOOL_RELEASE:
+    case GITM_KNOB_HOST_REGISTER: {
         uint64_t args[4], out[4] = {0};
         memcpy(args, (const void *)c->knob_args, sizeof args);
         c->knob_result = c->knob_op == GITM_KNOB_STREAM_PRIORITY ? knob_stream_priority(args, out)
-                                                                 : knob_mempool_release(args, out);
+                         : c->knob_op == GITM_KNOB_MEMPOOL_RELEASE ? knob_mempool_release(args, out)
+                                                                   : knob_host_register(args, out);
         memcpy((void *)c->knob_out, out, sizeof out);
         break;
     }
@@ -903,6 +1161,8 @@ static void child_after_fork(void)
 
 static void at_exit(void)
 {
+    if (getpid() == g.pid)
+        g.exiting = 1;
     if (!g.active || g.inert || getpid() != g.pid)
         return;
     if (g.window_id) {

@@ -35,6 +35,8 @@ int main(void)
     F(gitm_memcpy_payload, src_kind);
     F(gitm_memory_payload, op);
     F(gitm_window_payload, cupti_ns);
+    F(gitm_hostsrc_payload, bytes);
+    F(gitm_hostsrc_payload, cbid);
     printf("  \"end\": 0\n}\n");
     return 0;
 }

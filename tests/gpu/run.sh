@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
 #   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
-#                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b)
+#                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
+#                                                 BENCH_ARGS=--no-oracle)
 #   (default: the first three)
 # The tests part no longer fits one call's 10 minutes (H200, 2026-12-02: stream priority + tune
 # 383 s, launch trials + capture 259 s, before experiments and telemetry): run it in pieces, e.g.
@@ -62,7 +63,7 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]=$(grep -E 'burst' "$OUTDIR/register-rate.md" | tr '\n' ' ' || echo "failed")
       ;;
     scoreboard)
-      python3 bench/run.py --workloads "${BENCH_WORKLOADS:-}" --oracle-repeats "${ORACLE_REPEATS:-3}" --out "$OUTDIR" \
+      python3 bench/run.py --workloads "${BENCH_WORKLOADS:-}" --oracle-repeats "${ORACLE_REPEATS:-3}" ${BENCH_ARGS:-} --out "$OUTDIR" \
         2>&1 | tee "$OUTDIR/scoreboard.log"
       RESULT[$part]=$(grep -c '^| [a-z]' "$OUTDIR"/*-h200.md 2>/dev/null | tail -1)" rows"
       ;;

@@ -33,7 +33,7 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
             g, Workload("cpu", str(prog), (), "none", "live", r"loss=(\S+)", 1e-6, (), live_seconds=3)
         )
         assert live["promoted"] == [] and live["job_id"]
-        over = bench_run.overhead(g, w, repeats=2)
+        over = bench_run.overhead(w, "sim", short_tmp, repeats=2)
         assert over is not None and over > -0.5
         row = bench_run.score(w, {**got, "overhead": over}, None)
         md = bench_run.report([row], ["bench/run.py"], "sim")

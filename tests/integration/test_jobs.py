@@ -142,9 +142,31 @@ def test_knob_channel_round_trip(daemon: Daemon, short_tmp: Path) -> None:
     assert result == 0 and out[0] == ring.pid and out[1] > 0
     result, _ = ring.knob(999)
     assert result == -38  # -ENOSYS: an unknown knob is refused, never guessed at
+    # host register: gitmctl run preloaded the free guard; without libcuda nothing is registered
+    environ = Path(f"/proc/{ring.pid}/environ").read_bytes().split(b"\0")
+    preload = next((e for e in environ if e.startswith(b"LD_PRELOAD=")), b"")
+    assert preload.split(b"=", 1)[1].split(b":")[0].endswith(b"libgitm_guard.so"), preload
+    op = ring.abi.const("GITM_KNOB_HOST_REGISTER")
+    assert ring.knob(op, (0x7F0000000000, 1 << 20, 2)) == (0, [0, 0, 0, 0])  # query: not registered
+    assert ring.knob(op, (0x1000, 1 << 20, 0))[0] == -14  # -EFAULT: not the process's own memory
+    anon = _anonymous_ranges(ring.pid)  # private anonymous read-write memory of the job
+    lo, hi = max(anon, key=lambda r: r[1] - r[0])
+    assert ring.knob(op, (lo, hi - lo, 0))[0] == -79  # -ELIBACC: fine memory, but no libcuda here
+    assert ring.knob(op, (lo, hi - lo + (1 << 40), 0))[0] == -14  # -EFAULT: runs past the mapping
+    assert ring.knob(op, (0x7F0000000000, 0, 1))[0] == -2  # -ENOENT: nothing to unregister
     ring.close()
     stop.touch()
     assert proc.wait(30) == 0
+
+
+def _anonymous_ranges(pid: int) -> list[tuple[int, int]]:
+    out = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split()
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        if parts[1] == "rw-p" and parts[4] == "0" and (len(parts) == 5 or parts[5] == "[heap]"):
+            out.append((lo, hi))
+    return out
 
 
 def test_run_without_daemon_runs_untouched(short_tmp: Path) -> None:

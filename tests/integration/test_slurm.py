@@ -193,7 +193,7 @@ def slurm() -> Iterator[tuple[Cluster, Daemon, pwd.struct_passwd]]:
 
 STEP = (
     'echo "slurm-job=$SLURM_JOB_ID"; '
-    'env | grep -E "^(GITM_[A-Z_]*|CUDA_INJECTION64_PATH)=" | sort; exit {code}'
+    'env | grep -E "^(GITM_[A-Z_]*|CUDA_INJECTION64_PATH|LD_PRELOAD)=" | sort; exit {code}'
 )
 
 
@@ -224,6 +224,10 @@ def test_steps_are_registered_for_their_user_and_closed_by_the_epilog(
     if SHIM.exists():
         assert env.get("CUDA_INJECTION64_PATH") == str(SHIM)
         assert env.get("GITM_JOB_DIR", "").endswith(env["GITM_JOB_ID"])
+        guard = SHIM.parent / "libgitm_guard.so"
+        if guard.exists():  # the free guard, first on the task's LD_PRELOAD
+            assert env.get("GITM_GUARD") == str(guard)
+            assert env.get("LD_PRELOAD", "").split(":")[0] == str(guard)
     view = _closed(gitmd, slurm_id)
     [job] = view["jobs"]
     assert job["id"] == env["GITM_JOB_ID"] and job["scheduler_job_id"] == slurm_id

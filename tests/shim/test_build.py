@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,59 @@ def test_ring_c_tests_pass(shim_tools: Path) -> None:
     r = subprocess.run([str(shim_tools / "test_ring")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "6 passed, 0 failed"
+
+
+def test_free_guard_c_tests_pass(shim_tools: Path) -> None:
+    """Preloaded, the guard releases a guarded range before free, realloc, reallocarray, munmap,
+    mremap, madvise(DONTNEED) or mmap(MAP_FIXED) gives its pages back, and on nothing else."""
+    guard = shim_tools / "libgitm_guard.so"
+    r = subprocess.run(
+        [str(shim_tools / "test_guard")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"LD_PRELOAD": str(guard), "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "guard: all checks passed" in r.stdout
+
+
+def test_free_guard_is_inert_in_ordinary_programs(shim_tools: Path) -> None:
+    """Preloaded into a Python process that allocates and frees a lot, with nothing guarded: the
+    same output, and the guard exports only its own table and the interposed calls."""
+    code = "import numpy as np; a = [np.ones(1 << k) for k in range(24)]; print(sum(x.sum() for x in a))"
+    plain = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=120)
+    guarded = subprocess.run(
+        ["python3", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LD_PRELOAD": str(shim_tools / "libgitm_guard.so")},
+    )
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout == plain.stdout
+    if shutil.which("nm"):
+        syms = subprocess.run(
+            ["nm", "-D", "--defined-only", str(shim_tools / "libgitm_guard.so")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        exported = {line.split()[-1] for line in syms.stdout.splitlines() if " T " in line}
+        assert exported == {
+            "gitm_guard_add",
+            "gitm_guard_remove",
+            "gitm_guard_holds",
+            "gitm_guard_released",
+            "free",
+            "realloc",
+            "reallocarray",
+            "munmap",
+            "mremap",
+            "madvise",
+            "mmap",
+            "mmap64",
+        }
 
 
 def test_cffi_layout_matches_the_c_compiler(shim_tools: Path) -> None:

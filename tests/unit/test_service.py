@@ -260,6 +260,13 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
         (iv,) = svc.interventions.list(view.job.id)
         assert iv.lever == "cpu_affinity" and iv.state == "promoted" and f"policy {policy.id}" in iv.reason
         assert (view.job.id, "cpu_affinity") in svc._exp_tried  # no experiment on it in this run
+        # changed by gitmd: its windows no longer re-fingerprint it (a changed step would be taken
+        # for another workload, the policy then stored where the next launch never looks)
+        assert svc._changed(view.job.id)
+        other, _ = svc.register_job(
+            Registration("new", ("python", "new.py"), "/srv", os.getuid(), os.getgid())
+        )
+        assert not svc._changed(other.job.id)
         svc.report_exit(view.job.id, 0)
         assert os.sched_getaffinity(child.pid) == moved  # promoted: kept while the process runs
     finally:

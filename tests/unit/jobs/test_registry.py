@@ -82,3 +82,21 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path, shim: Path) ->
 def test_find_shim_prefers_configured() -> None:
     path, why = find_shim(Path("/definitely/not/here.so"))
     assert path is None and why is not None and "does not exist" in why
+
+
+def test_the_plan_names_the_free_guard_next_to_the_shim_unless_configured_off(
+    tmp_path: Path, shim: Path
+) -> None:
+    _, plan = make(tmp_path, shim).register(Registration("x", ("prog",), "", os.getuid(), os.getgid()))
+    assert "GITM_GUARD" not in plan.env  # no guard built next to this shim
+    guard = shim.parent / "libgitm_guard.so"
+    guard.write_bytes(b"\x7fELF")
+    _, plan = make(tmp_path, shim).register(Registration("y", ("prog",), "", os.getuid(), os.getgid()))
+    assert plan.env["GITM_GUARD"] == str(guard)
+    off = JobRegistry(
+        Store(tmp_path / "g2.db"),
+        tmp_path / "run2",
+        CaptureConfig(shim_path=shim, ring_records=4096, free_guard=False),
+    )
+    _, plan = off.register(Registration("z", ("prog",), "", os.getuid(), os.getgid()))
+    assert plan.capture and "GITM_GUARD" not in plan.env

@@ -81,3 +81,11 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
     (pkg / "utils" / "data" / "__init__.py").write_text("")
     r = py("import torch; print(torch.x)", {**base, **knobs}, tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "1" and r.stderr == ""
+
+
+def test_the_free_guard_goes_first_on_ld_preload() -> None:
+    plan = {"GITM_GUARD": "/usr/lib/gitmd/libgitm_guard.so"}
+    assert job_environment({}, plan)["LD_PRELOAD"] == "/usr/lib/gitmd/libgitm_guard.so"
+    both = job_environment({"LD_PRELOAD": "/opt/libjemalloc.so"}, plan)["LD_PRELOAD"]
+    assert both == "/usr/lib/gitmd/libgitm_guard.so:/opt/libjemalloc.so"
+    assert "LD_PRELOAD" not in job_environment({}, {"GITM_JOB_ID": "x"})

@@ -58,6 +58,7 @@ def test_the_configmap_is_a_valid_gitmd_config_that_shares_the_shim() -> None:
     assert cfg.metrics.port == 9402 and not cfg.access.allow_device_levers
     [init] = d["DaemonSet"]["spec"]["template"]["spec"]["initContainers"]
     assert str(cfg.capture.shim_path) in " ".join(init["command"])
+    assert str(cfg.capture.shim_path.parent / "libgitm_guard.so") in " ".join(init["command"])  # beside it
     assert {m["mountPath"] for m in init["volumeMounts"]} == {"/run/gitmd"}
 
 

@@ -1,0 +1,35 @@
+/*
+ * guard.h - libgitm_guard.so, preloaded (LD_PRELOAD) into a gitmd job when its launch plan allows
+ * page-locking hot host buffers. It keeps the table of ranges the shim page-locked
+ * (cuMemHostRegister) and interposes the calls through which a program gives memory back — free,
+ * realloc, reallocarray, munmap, mremap, madvise (DONTNEED, FREE, REMOVE), mmap(MAP_FIXED) — so that
+ * a registered range is unregistered *before* its pages go: a registration that outlived its pages
+ * would make later copies from the same addresses read the old, pinned pages.
+ *
+ * The shim (a separate library, loaded by CUDA) finds these functions with dlsym(RTLD_DEFAULT);
+ * without the guard preloaded the shim refuses to register anything.
+ *
+ * Cost when nothing is registered: one relaxed atomic load per call. With ranges registered: a scan
+ * of at most GITM_GUARD_MAX entries without a lock; the lock is taken only by a call that overlaps
+ * a registered range, and the release callback runs under it, in the calling thread.
+ */
+#ifndef GITM_GUARD_H
+#define GITM_GUARD_H
+
+#include <stdint.h>
+
+#define GITM_GUARD_MAX 16
+
+/* Unregisters `base` (what gitm_guard_add got); called with the guard's lock held. */
+typedef int (*gitm_guard_release_fn)(uint64_t base);
+
+/* 0, -EINVAL (empty or overlapping a range already held), -ENOSPC (table full) */
+int gitm_guard_add(uint64_t base, uint64_t len, gitm_guard_release_fn release);
+/* 1: removed (and released through its callback when `release`), 0: not held (any more) */
+int gitm_guard_remove(uint64_t base, int release);
+/* 1 if `base` is held */
+int gitm_guard_holds(uint64_t base);
+/* ranges released because the program freed or unmapped them while registered */
+uint64_t gitm_guard_released(void);
+
+#endif /* GITM_GUARD_H */
