@@ -7,12 +7,14 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -256,4 +258,198 @@ EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     return map(real_mmap64 ? real_mmap64 : real_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* ---- the application's own CUPTI use ------------------------------------------------------------ *
+ * No cupti.h here (no CUDA dependency): enums are ints, handles and callbacks pointers, as in the ABI.
+ */
+
+#define CUPTI_NOT_INITIALIZED 15 /* CUPTI_ERROR_NOT_INITIALIZED: no libcupti behind us */
+
+static const void *_Atomic owner_base;
+static void (*_Atomic on_app)(void);
+static _Atomic uint64_t app_kinds; /* kinds below 64 the application enabled and has not disabled */
+static atomic_int app_callbacks;
+/* The application's buffer callbacks, and whether they are the ones CUPTI holds now: the shim's
+ * window (or its cuptiFinalize) replaces them; the application's next enable puts them back first,
+ * so its records never go to the shim's buffers. */
+static void *_Atomic app_requested, *_Atomic app_completed;
+static atomic_int app_holds_callbacks;
+static pthread_mutex_t cupti_lock = PTHREAD_MUTEX_INITIALIZER;
+
+EXPORT void gitm_guard_cupti_owner(const void *inside_owner, void (*fn)(void))
+{
+    Dl_info info;
+    if (inside_owner && dladdr(inside_owner, &info) && info.dli_fbase)
+        atomic_store(&owner_base, info.dli_fbase);
+    atomic_store(&on_app, fn);
+}
+
+EXPORT uint64_t gitm_guard_app_kinds(void)
+{
+    return atomic_load(&app_kinds);
+}
+
+EXPORT uint32_t gitm_guard_app_cupti(void)
+{
+    return (atomic_load(&app_kinds) ? GITM_APP_ENABLED : 0) | (atomic_load(&app_callbacks) ? GITM_APP_CALLBACKS : 0);
+}
+
+/* the caller of the interposed function is the application (not the shim) */
+static int from_app(const void *ret)
+{
+    const void *base = atomic_load(&owner_base);
+    Dl_info info;
+    return !(base && dladdr(ret, &info) && info.dli_fbase == base);
+}
+
+static void app_acts(void)
+{
+    void (*fn)(void) = atomic_load(&on_app);
+    if (fn)
+        fn();
+}
+
+static int find_cupti(struct dl_phdr_info *info, size_t size, void *out)
+{
+    (void)size;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libcupti.so") && strlen(info->dlpi_name) < 4096) {
+        strcpy((char *)out, info->dlpi_name); /* opened after the walk: no dlopen under its lock */
+        return 1;
+    }
+    return 0;
+}
+
+/* The real CUPTI function: libcupti loads after us, often as a dependency of a library opened
+ * RTLD_LOCAL (torch's extension, the shim itself), where RTLD_NEXT does not see it: then it is
+ * asked by handle. */
+static void *cupti_fn(void *_Atomic *slot, const char *name)
+{
+    void *f = atomic_load(slot);
+    if (f)
+        return f;
+    f = dlsym(RTLD_NEXT, name);
+    if (!f) {
+        char path[4096] = "";
+        dl_iterate_phdr(find_cupti, path);
+        void *lib = path[0] ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+        if (lib) {
+            f = dlsym(lib, name);
+            dlclose(lib); /* RTLD_NOLOAD took a reference: give it back, the library stays */
+        }
+    }
+    if (f && f != dlsym(RTLD_DEFAULT, name)) /* never ourselves */
+        atomic_store(slot, f);
+    else if (f)
+        f = NULL;
+    return f;
+}
+
+static void note_kind(int kind, int on)
+{
+    if (kind < 0 || kind >= 64)
+        return;
+    if (on)
+        atomic_fetch_or(&app_kinds, (uint64_t)1 << kind);
+    else
+        atomic_fetch_and(&app_kinds, ~((uint64_t)1 << kind));
+}
+
+static void *_Atomic real_enable, *_Atomic real_disable, *_Atomic real_enable_ctx, *_Atomic real_disable_ctx,
+    *_Atomic real_register, *_Atomic real_finalize;
+
+/* before an application enable: its callbacks back in CUPTI if the shim's replaced them */
+static void app_enables(void)
+{
+    app_acts();
+    if (atomic_load(&app_holds_callbacks) || !atomic_load(&app_requested))
+        return;
+    int (*reg)(void *, void *) = (int (*)(void *, void *))cupti_fn(&real_register, "cuptiActivityRegisterCallbacks");
+    pthread_mutex_lock(&cupti_lock);
+    if (reg && !atomic_load(&app_holds_callbacks) && reg(atomic_load(&app_requested), atomic_load(&app_completed)) == 0)
+        atomic_store(&app_holds_callbacks, 1);
+    pthread_mutex_unlock(&cupti_lock);
+}
+
+EXPORT int cuptiActivityEnable(int kind)
+{
+    int app = from_app(__builtin_return_address(0));
+    if (app)
+        app_enables();
+    int (*f)(int) = (int (*)(int))cupti_fn(&real_enable, "cuptiActivityEnable");
+    int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
+    if (app && r == 0)
+        note_kind(kind, 1);
+    return r;
+}
+
+EXPORT int cuptiActivityDisable(int kind)
+{
+    int app = from_app(__builtin_return_address(0));
+    int (*f)(int) = (int (*)(int))cupti_fn(&real_disable, "cuptiActivityDisable");
+    int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
+    if (app && r == 0)
+        note_kind(kind, 0);
+    return r;
+}
+
+EXPORT int cuptiActivityEnableContext(void *ctx, int kind)
+{
+    int app = from_app(__builtin_return_address(0));
+    if (app)
+        app_enables();
+    int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_enable_ctx, "cuptiActivityEnableContext");
+    int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
+    if (app && r == 0)
+        note_kind(kind, 1);
+    return r;
+}
+
+EXPORT int cuptiActivityDisableContext(void *ctx, int kind)
+{
+    int app = from_app(__builtin_return_address(0));
+    int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_disable_ctx, "cuptiActivityDisableContext");
+    int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
+    if (app && r == 0)
+        note_kind(kind, 0);
+    return r;
+}
+
+EXPORT int cuptiActivityRegisterCallbacks(void *requested, void *completed)
+{
+    int app = from_app(__builtin_return_address(0));
+    if (app)
+        app_acts();
+    int (*f)(void *, void *) = (int (*)(void *, void *))cupti_fn(&real_register, "cuptiActivityRegisterCallbacks");
+    if (!f)
+        return CUPTI_NOT_INITIALIZED;
+    pthread_mutex_lock(&cupti_lock);
+    int r = f(requested, completed);
+    if (r == 0 && app) {
+        atomic_store(&app_requested, requested);
+        atomic_store(&app_completed, completed);
+        atomic_store(&app_callbacks, 1);
+    }
+    if (r == 0)
+        atomic_store(&app_holds_callbacks, app);
+    pthread_mutex_unlock(&cupti_lock);
+    return r;
+}
+
+EXPORT int cuptiFinalize(void)
+{
+    if (from_app(__builtin_return_address(0))) { /* the application let go of CUPTI */
+        atomic_store(&app_kinds, 0);
+        atomic_store(&app_callbacks, 0);
+        atomic_store(&app_requested, NULL);
+        atomic_store(&app_completed, NULL);
+    }
+    int (*f)(void) = (int (*)(void))cupti_fn(&real_finalize, "cuptiFinalize");
+    if (!f)
+        return CUPTI_NOT_INITIALIZED;
+    pthread_mutex_lock(&cupti_lock);
+    int r = f();
+    atomic_store(&app_holds_callbacks, 0); /* nobody's callbacks are registered after it */
+    pthread_mutex_unlock(&cupti_lock);
+    return r;
 }

@@ -32,4 +32,23 @@ int gitm_guard_holds(uint64_t base);
 /* ranges released because the program freed or unmapped them while registered */
 uint64_t gitm_guard_released(void);
 
+/*
+ * The job's own CUPTI use (a profiler: torch.profiler's Kineto, ...). The guard also interposes
+ * cuptiActivityEnable/Disable(Context), cuptiActivityRegisterCallbacks and cuptiFinalize, notes what
+ * the application — any caller outside the shim — did, and forwards every call unchanged. CUPTI's
+ * activity buffer callbacks are process-global: a shim window opened while the application traces
+ * would take its records, and the shim's detach (cuptiFinalize) would end its trace.
+ */
+#define GITM_APP_ENABLED 1   /* the application has activity kinds enabled now */
+#define GITM_APP_CALLBACKS 2 /* it registered activity buffer callbacks since its last cuptiFinalize */
+
+/* The shim names itself (any address inside it): calls from it are not the application's.
+ * `on_app` runs in the application's thread when it enables a kind or registers callbacks, before
+ * the call is forwarded: it must not call CUPTI. */
+void gitm_guard_cupti_owner(const void *inside_owner, void (*on_app)(void));
+/* GITM_APP_* */
+uint32_t gitm_guard_app_cupti(void);
+/* the activity kinds (below 64, as bits) the application has enabled */
+uint64_t gitm_guard_app_kinds(void);
+
 #endif /* GITM_GUARD_H */

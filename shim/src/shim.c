@@ -74,6 +74,9 @@ static struct {
     int hostsrc_on;               /* GITM_KIND_HOSTSRC granted in the open window */
     CUcontext copy_ctx;           /* the context of the last host-to-device copy seen (host register) */
     volatile int exiting;         /* at_exit ran: no more CUDA calls from the guard's releases */
+    uint32_t (*app_cupti)(void);  /* the free guard's view of the job's own CUPTI use (NULL: no guard) */
+    uint64_t (*app_kinds)(void);
+    int app_acted;                /* the job enabled a kind or registered callbacks: give up the window */
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -356,7 +359,11 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
     if (pthread_mutex_trylock(&g.cupti_lock) != 0)
         return; /* the control thread is changing the window: try at the next call */
     if (__atomic_exchange_n(&g.detach_pending, 0, __ATOMIC_ACQ_REL)) {
-        cuptiFinalize(); /* drops every subscription, ours included */
+        if (g.app_cupti && (g.app_cupti() & GITM_APP_ENABLED)) {
+            cuptiUnsubscribe(g.detach_sub); /* the job traces now: finalizing would end its trace */
+        } else {
+            cuptiFinalize(); /* drops every subscription, ours included */
+        }
         g.detach_subscribed = 0;
     }
     pthread_mutex_unlock(&g.cupti_lock);
@@ -816,9 +823,39 @@ static void close_window(const char *why)
     request_detach();
 }
 
+/* The job's own profiler enabled CUPTI activity while a window was open (the guard saw it and has
+ * put the job's buffer callbacks back): give the window up without touching what the job uses — no
+ * flush (the buffers now go to the job), no detach; only the kinds the job did not enable are
+ * turned off again. Called with cupti_lock held. */
+static void abandon_window(void)
+{
+    uint64_t theirs = g.app_kinds ? g.app_kinds() : 0;
+    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
+        if ((g.enabled_mask & KINDS[i].gitm) && !((unsigned)KINDS[i].cupti < 64 && (theirs >> KINDS[i].cupti) & 1))
+            cuptiActivityDisable(KINDS[i].cupti);
+    write_window_marker(g.window_id, 2, g.enabled_mask);
+    stop_payloads();
+    g.enabled_mask = 0;
+    g.window_id = 0;
+    g.ring.hdr->window_id = 0;
+    gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
+                         "the job's own profiler started tracing (CUPTI): window given up, its trace kept");
+}
+
+static void app_cupti_used(void)
+{
+    __atomic_store_n(&g.app_acted, 1, __ATOMIC_RELEASE); /* in the job's thread: no CUPTI call here */
+}
+
 static void open_window(uint32_t id, uint32_t mask)
 {
     cancel_detach();
+    if (g.app_cupti && (g.app_cupti() & GITM_APP_ENABLED)) {
+        gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
+                             "the job's own profiler is tracing (CUPTI activity enabled by the job): not capturing");
+        return;
+    }
+    __atomic_store_n(&g.app_acted, 0, __ATOMIC_RELEASE);
     int other = other_subscriber_present();
     if (other != 0) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, other > 0 ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : -other,
@@ -1114,6 +1151,12 @@ static void step(void)
         g.applied_seq = seq;
         __atomic_store_n(&c->window_ack, seq, __ATOMIC_RELEASE);
     }
+    if (g.window_id && __atomic_load_n(&g.app_acted, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&g.cupti_lock);
+        if (g.window_id)
+            abandon_window();
+        pthread_mutex_unlock(&g.cupti_lock);
+    }
     if (g.window_id) {
         uint64_t now = mono_ns();
         uint64_t timeout = (c->heartbeat_timeout_ms ? c->heartbeat_timeout_ms : 10000) * 1000000ULL;
@@ -1208,6 +1251,14 @@ static void initialize(void)
         return;
     }
     gitm_names_init(&g.names);
+    /* with the free guard preloaded, the job's own CUPTI calls are seen (a profiler): name ourselves */
+    void (*owner)(const void *, void (*)(void)) =
+        (void (*)(const void *, void (*)(void)))dlsym(RTLD_DEFAULT, "gitm_guard_cupti_owner");
+    if (owner) {
+        owner(&g, app_cupti_used);
+        g.app_cupti = (uint32_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_cupti");
+        g.app_kinds = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_kinds");
+    }
     CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {
         g.active = 1;

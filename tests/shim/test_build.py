@@ -70,7 +70,32 @@ def test_free_guard_is_inert_in_ordinary_programs(shim_tools: Path) -> None:
             "madvise",
             "mmap",
             "mmap64",
+            "gitm_guard_cupti_owner",
+            "gitm_guard_app_cupti",
+            "gitm_guard_app_kinds",
+            "cuptiActivityEnable",
+            "cuptiActivityDisable",
+            "cuptiActivityEnableContext",
+            "cuptiActivityDisableContext",
+            "cuptiActivityRegisterCallbacks",
+            "cuptiFinalize",
         }
+
+
+def test_free_guard_sees_the_jobs_own_cupti_use_and_keeps_its_callbacks(shim_tools: Path) -> None:
+    """Against a fake libcupti opened RTLD_LOCAL (as torch's extension and the shim open theirs):
+    every call forwarded with its result; the job's calls told from the shim's; after the shim's
+    window or cuptiFinalize replaced them, the job's buffer callbacks are back before its next
+    enable (a profiler's trace never goes to the shim)."""
+    r = subprocess.run(
+        [str(shim_tools / "test_cupti_guard"), str(shim_tools / "fake")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"LD_PRELOAD": str(shim_tools / "libgitm_guard.so"), "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cupti guard: all checks passed" in r.stdout
 
 
 def test_cffi_layout_matches_the_c_compiler(shim_tools: Path) -> None:

@@ -1,0 +1,48 @@
+/* fake_cupti.c - a stand-in libcupti (soname libcupti.so.99) for the guard's CPU tests: records
+ * which buffer callbacks are registered and which kinds are enabled; no CUDA. */
+#include <stdint.h>
+
+void *fake_requested, *fake_completed;
+uint64_t fake_enabled;
+int fake_finalized;
+
+int cuptiActivityRegisterCallbacks(void *requested, void *completed)
+{
+    fake_requested = requested;
+    fake_completed = completed;
+    return 0;
+}
+
+int cuptiActivityEnable(int kind)
+{
+    if (kind == 63)
+        return 7; /* the guard must hand CUPTI's answer back unchanged */
+    fake_enabled |= (uint64_t)1 << kind;
+    return 0;
+}
+
+int cuptiActivityDisable(int kind)
+{
+    fake_enabled &= ~((uint64_t)1 << kind);
+    return 0;
+}
+
+int cuptiActivityEnableContext(void *ctx, int kind)
+{
+    (void)ctx;
+    return cuptiActivityEnable(kind);
+}
+
+int cuptiActivityDisableContext(void *ctx, int kind)
+{
+    (void)ctx;
+    return cuptiActivityDisable(kind);
+}
+
+int cuptiFinalize(void)
+{
+    fake_requested = fake_completed = 0;
+    fake_enabled = 0;
+    fake_finalized++;
+    return 0;
+}

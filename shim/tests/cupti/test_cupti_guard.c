@@ -1,0 +1,113 @@
+/*
+ * test_cupti_guard.c - run with LD_PRELOAD=libgitm_guard.so next to fake/libcupti.so.99,
+ * fake/libfakeapp.so (the job's profiler) and fake/libfakeowner.so (the shim), both opened
+ * RTLD_LOCAL as torch's extension and the shim are, so libcupti is not in the global scope.
+ * Checks: the guard forwards every call and its result; it tells the application's CUPTI use from
+ * the shim's; the shim's window or cuptiFinalize never leaves the application without its buffer
+ * callbacks when it enables a kind again; its cuptiFinalize clears what it knew.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "guard.h"
+
+static int failures, app_acts;
+
+#define CHECK(cond, what)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, what);                         \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void on_app(void) { app_acts++; }
+
+static void *sym(void *lib, const char *name)
+{
+    void *f = dlsym(lib, name);
+    if (!f) {
+        fprintf(stderr, "FAIL: %s not found: %s\n", name, dlerror());
+        failures++;
+    }
+    return f;
+}
+
+/* distinct addresses standing for buffer callbacks */
+static char app_req, app_cmp, own_req, own_cmp;
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FAKE_DIR\n", argv[0]);
+        return 2;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/libfakeapp.so", argv[1]);
+    void *app = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    snprintf(path, sizeof path, "%s/libfakeowner.so", argv[1]);
+    void *own = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    snprintf(path, sizeof path, "%s/libcupti.so.99", argv[1]);
+    void *cupti = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    void (*owner)(const void *, void (*)(void)) =
+        (void (*)(const void *, void (*)(void)))dlsym(RTLD_DEFAULT, "gitm_guard_cupti_owner");
+    uint32_t (*state)(void) = (uint32_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_cupti");
+    uint64_t (*kinds)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_kinds");
+    if (!app || !own || !cupti || !owner || !state || !kinds) {
+        fprintf(stderr, "FAIL: setup (guard preloaded? fakes built?) %s\n", dlerror());
+        return 2;
+    }
+    void **requested = sym(cupti, "fake_requested");
+    uint64_t *enabled = sym(cupti, "fake_enabled");
+    int *finalized = sym(cupti, "fake_finalized");
+    int (*a_register)(void *, void *) = (int (*)(void *, void *))sym(app, "app_register");
+    int (*a_enable)(int) = (int (*)(int))sym(app, "app_enable");
+    int (*a_enable_ctx)(int) = (int (*)(int))sym(app, "app_enable_ctx");
+    int (*a_disable)(int) = (int (*)(int))sym(app, "app_disable");
+    int (*a_finalize)(void) = (int (*)(void))sym(app, "app_finalize");
+    const void *(*o_self)(void) = (const void *(*)(void))sym(own, "owner_self");
+    int (*o_register)(void *, void *) = (int (*)(void *, void *))sym(own, "owner_register");
+    int (*o_enable)(int) = (int (*)(int))sym(own, "owner_enable");
+    int (*o_finalize)(void) = (int (*)(void))sym(own, "owner_finalize");
+    if (failures)
+        return 2;
+
+    owner(o_self(), on_app);
+    CHECK(o_register(&own_req, &own_cmp) == 0 && *requested == &own_req, "the shim's registration is forwarded");
+    CHECK(state() == 0 && app_acts == 0, "the shim's own calls are not the application's");
+    CHECK(o_enable(5) == 0 && (*enabled >> 5 & 1) && kinds() == 0, "the shim's enable is forwarded, not counted");
+
+    CHECK(a_register(&app_req, &app_cmp) == 0 && *requested == &app_req, "the profiler registers its callbacks");
+    CHECK(state() == GITM_APP_CALLBACKS && app_acts == 1, "registration seen");
+    CHECK(a_enable(10) == 0 && (*enabled >> 10 & 1), "the profiler's enable is forwarded");
+    CHECK(state() == (GITM_APP_CALLBACKS | GITM_APP_ENABLED) && kinds() == (uint64_t)1 << 10 && app_acts == 2,
+          "tracing seen");
+    CHECK(a_enable(63) == 7, "CUPTI's result comes back unchanged");
+
+    /* a shim window replaces the callbacks; the profiler's next enable gets its own back first */
+    CHECK(o_register(&own_req, &own_cmp) == 0 && *requested == &own_req, "the shim's window registers");
+    CHECK(a_enable_ctx(11) == 0 && *requested == &app_req && (*enabled >> 11 & 1),
+          "the profiler's callbacks are back before its enable");
+    CHECK(kinds() == ((uint64_t)1 << 10 | (uint64_t)1 << 11), "context enables counted too");
+    CHECK(a_disable(10) == 0 && a_disable(11) == 0 && state() == GITM_APP_CALLBACKS, "disables counted");
+
+    /* the shim detaches (cuptiFinalize): the profiler's next trace still reaches its own callbacks */
+    CHECK(o_finalize() == 0 && *finalized == 1 && *requested == NULL, "the shim's finalize is forwarded");
+    CHECK(state() == GITM_APP_CALLBACKS, "the shim's finalize does not clear what the profiler did");
+    CHECK(a_enable(10) == 0 && *requested == &app_req, "callbacks restored after the shim's finalize");
+
+    /* the profiler lets go of CUPTI */
+    CHECK(a_finalize() == 0 && state() == 0 && kinds() == 0, "the profiler's finalize clears its state");
+    CHECK(o_register(&own_req, &own_cmp) == 0 && o_enable(3) == 0 && *requested == &own_req,
+          "the shim is alone again");
+
+    if (failures) {
+        fprintf(stderr, "%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("cupti guard: all checks passed\n");
+    return 0;
+}
