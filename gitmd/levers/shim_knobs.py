@@ -155,6 +155,16 @@ class PinHostBuffer(KnobLever):
     def resources(self) -> frozenset[str]:
         return frozenset({f"hostmem:{self.setting.get('pid')}"})
 
+    def describe(self) -> str:
+        raw = self.setting.get("buffers")
+        if not isinstance(raw, list) or not raw:
+            return super().describe()
+        try:
+            parts = [f"{int(a):#x}+{int(n) / 2**20:.0f}MiB" for a, n in raw]
+        except (TypeError, ValueError):
+            return super().describe()
+        return f"{self.name}(pid={self.setting.get('pid')}, {', '.join(parts)})"
+
     def _buffers(self) -> list[tuple[int, int]]:
         raw = self.setting.get("buffers")
         if not isinstance(raw, list) or not raw:

@@ -476,23 +476,32 @@ static struct pending_copy {
 } pending[PAYLOAD_PENDING];
 static unsigned pending_count;
 
+/* A record of an API callback, stamped now (CUPTI time); the caller fills the rest and publishes. */
+static struct gitm_record *api_record(uint8_t type, uint8_t flags, uint32_t correlation_id, uint64_t *pos)
+{
+    uint64_t now = 0;
+    cuptiGetTimestamp(&now);
+    struct gitm_record *rec = reserve(pos);
+    if (!rec)
+        return NULL;
+    rec->type = type;
+    rec->flags = flags;
+    rec->correlation_id = correlation_id;
+    rec->start_ns = now;
+    return rec;
+}
+
 static void emit_payload(uint64_t dst, uint32_t n, uint32_t correlation_id, uint8_t source)
 {
     uint8_t data[GITM_PAYLOAD_BYTES];
     struct iovec local = {data, n}, remote = {(void *)(uintptr_t)dst, n};
     if (n == 0 || n > sizeof data || process_vm_readv(g.pid, &local, 1, &remote, 1, 0) != (ssize_t)n)
         return;
-    uint64_t now = 0;
-    cuptiGetTimestamp(&now);
     uint64_t pos;
-    struct gitm_record *rec = reserve(&pos);
+    struct gitm_record *rec = api_record(GITM_REC_PAYLOAD, (uint8_t)n, correlation_id, &pos);
     if (!rec)
         return;
-    rec->type = GITM_REC_PAYLOAD;
-    rec->flags = (uint8_t)n;
     rec->device = source;
-    rec->correlation_id = correlation_id;
-    rec->start_ns = now;
     memcpy(((struct gitm_payload_payload *)rec->payload)->data, data, n);
     publish(rec, pos);
 }
@@ -546,16 +555,10 @@ static __thread struct tl_copy {
 
 static void emit_hostsrc(const struct tl_copy *c, uint8_t flags)
 {
-    uint64_t now = 0;
-    cuptiGetTimestamp(&now);
     uint64_t pos;
-    struct gitm_record *rec = reserve(&pos);
+    struct gitm_record *rec = api_record(GITM_REC_HOSTSRC, flags, c->corr, &pos);
     if (!rec)
         return;
-    rec->type = GITM_REC_HOSTSRC;
-    rec->flags = flags;
-    rec->correlation_id = c->corr;
-    rec->start_ns = now;
     struct gitm_hostsrc_payload *p = (struct gitm_hostsrc_payload *)rec->payload;
     p->src = c->src;
     p->dst = c->dst;

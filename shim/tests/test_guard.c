@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "guard.h"
 
 static int (*add)(uint64_t, uint64_t, gitm_guard_release_fn);
@@ -21,7 +22,7 @@ static int (*removef)(uint64_t, int);
 static int (*holds)(uint64_t);
 static uint64_t (*released)(void);
 
-static int calls, mapped_at_release, failures;
+static int calls, mapped_at_release;
 static uint64_t last_base;
 
 static int page_mapped(uint64_t addr)
@@ -38,14 +39,6 @@ static int on_release(uint64_t base)
     free(p);
     return 0;
 }
-
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, what);                         \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void expect_release(uint64_t base, const char *what)
 {

@@ -12,17 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../check.h"
 #include "guard.h"
 
-static int failures, app_acts;
-
-#define CHECK(cond, what)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, what);                         \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+static int app_acts;
 
 static void on_app(void) { app_acts++; }
 

@@ -144,3 +144,18 @@ def test_quiet_cpus_come_from_proc_stat() -> None:
     assert set(busy) >= os.sched_getaffinity(0) and all(0.0 <= b <= 1.0 for b in busy.values())
     chosen = quiet_cpus(1, interval_s=0.05)
     assert len(chosen) == 1 and chosen <= os.sched_getaffinity(0)
+
+
+def test_pin_host_buffer_refuses_bad_settings_and_says_what_it_pins() -> None:
+    from gitmd.levers.base import LeverError, Target
+
+    target = Target(rings={})
+    for setting in ({"pid": 1}, {"pid": 1, "buffers": []}, {"pid": 1, "buffers": [[0, 4096]]},
+                    {"pid": 1, "buffers": [["x", 1]]}, {"pid": 1, "buffers": [[4096, -1]]}):  # fmt: skip
+        with pytest.raises(LeverError, match="pin_host_buffer"):
+            registry.make("pin_host_buffer", **setting).apply(target)
+    lever = registry.make("pin_host_buffer", pid=7, buffers=[[0x7F0000001000, 64 << 20]])
+    with pytest.raises(LeverError, match="no shim ring for pid 7"):
+        lever.apply(target)  # not captured: nothing to talk to
+    assert lever.describe() == "pin_host_buffer(pid=7, 0x7f0000001000+64MiB)"
+    assert lever.kind is Kind.LIVE_SHIM and lever.risk is Risk.MEMORY and lever.causes == {"pageable_copy"}
