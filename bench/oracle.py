@@ -45,7 +45,42 @@ def steps_args(w: Workload) -> list[str]:
     return args
 
 
+def cotenant(
+    w: Workload, s: Setting | None = None, gitmctl: list[str] | None = None
+) -> subprocess.Popen[str] | None:
+    """The workload's background co-tenant, started and warm ("ready"), with the setting's switch;
+    under gitmd (``gitmctl``: the run command's prefix) as a background job."""
+    if not w.cotenant:
+        return None
+    prog = [PY, str(W / w.cotenant[0]), *w.cotenant[1:], *(s.cotenant_argv if s else ())]
+    cmd = [*gitmctl, "run", "--background", "--no-explore", "--", *prog] if gitmctl else prog
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert p.stdout is not None
+    if p.stdout.readline().strip() != "ready":
+        p.kill()
+        raise SystemExit(f"the co-tenant of {w.name} did not start: {' '.join(cmd)}")
+    return p
+
+
+def stop(p: subprocess.Popen[str] | None) -> None:
+    if p is not None and p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str, Any]:
+    co = cotenant(w, s)
+    try:
+        return _run_once(w, s, timeout)
+    finally:
+        stop(co)
+
+
+def _run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str, Any]:
     cmd = [PY, str(W / w.script), *steps_args(w), *(s.argv if s else ())]
     if w.contended:
         cmd = ["taskset", "-c", (s.cpus if s and s.cpus else CONTENDED_CPUS), *cmd]

@@ -84,13 +84,21 @@ def jobs(g: Gitmd) -> list[Any]:
 
 
 def live(g: Gitmd, w: Workload) -> dict[str, Any]:
-    before = {j.id for j in jobs(g)}
+    co = oracle.cotenant(w, None, gitmctl(g))  # a background job under gitmd, if the workload has one
+    try:
+        return _live(g, w)
+    finally:
+        oracle.stop(co)
+
+
+def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
+    before = {j.id for j in jobs(g) if not j.background}
     proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     job_id, decided = "", None
     deadline = time.monotonic() + w.live_seconds
     while time.monotonic() < deadline and proc.poll() is None and decided is None:
-        new = [j for j in jobs(g) if j.id not in before]
+        new = [j for j in jobs(g) if j.id not in before and not j.background]
         if new:
             job_id = new[0].id
             exps = experiments(g, job_id)
@@ -102,7 +110,7 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
     proc.terminate()
     out, _ = proc.communicate(timeout=60)
     if not job_id:  # it ended before the first look
-        job_id = next((j.id for j in jobs(g) if j.id not in before), "")
+        job_id = next((j.id for j in jobs(g) if j.id not in before and not j.background), "")
     exps = experiments(g, job_id) if job_id else []
     promoted = [e for e in exps if e.state == "promoted"]
     recurring: dict[str, Any] = {}
@@ -125,12 +133,12 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
 def again(g: Gitmd, w: Workload, seconds: float = 25.0) -> dict[str, Any]:
     """The recurring case of a live lever: the next launch gets the policy applied as soon as its
     processes show, with no experiment."""
-    before = {j.id for j in jobs(g)}
+    before = {j.id for j in jobs(g) if not j.background}
     proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(seconds)
     proc.terminate()
     _, err = proc.communicate(timeout=60)
-    new = [j.id for j in jobs(g) if j.id not in before]
+    new = [j.id for j in jobs(g) if j.id not in before and not j.background]
     ivs = list(
         g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=new[0]), timeout=10).interventions
     )
@@ -236,7 +244,13 @@ def overhead(
                 else:
                     cmd = [*pin, *gitmctl(g, "run", "--no-explore", "--"), *prog]
                 before = {j.id for j in jobs(g)} if arm == "gitmd" else set()
-                out = subprocess.run(cmd, capture_output=True, text=True, timeout=OVERHEAD_S * 4 + 120).stdout
+                co = oracle.cotenant(w)  # the same plain co-tenant in both arms
+                try:
+                    out = subprocess.run(
+                        cmd, capture_output=True, text=True, timeout=OVERHEAD_S * 4 + 120
+                    ).stdout
+                finally:
+                    oracle.stop(co)
                 (a if arm == "plain" else b).append(step_ms(out))
                 if arm == "gitmd" and keep is not None:
                     keep.setdefault("windows", []).extend(j.windows for j in jobs(g) if j.id not in before)

@@ -30,6 +30,7 @@ class Setting:
     cpus: str = ""  # taskset list for the treatment
     nice: int = 0
     argv: tuple[str, ...] = ()
+    cotenant_argv: tuple[str, ...] = ()  # the co-tenant's own switch for the same knob
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Workload:
     settings: tuple[Setting, ...]
     contended: bool = False
     live_seconds: float = 90.0  # live mode: how long the job runs under gitmd at most
+    cotenant: tuple[str, ...] = ()  # a background co-tenant on the same GPU: script and args
     oracle_steps: int = 4000  # live mode: the oracle's runs are this many steps
 
     def argv(self, python: str) -> list[str]:
@@ -94,6 +96,10 @@ def suite() -> list[Workload]:
                  "launch", checksum, 1e-6, (env_setting("dataloader_pin_memory"),)),
         Workload("sync_every_step", "sync_every_step.py", ("--steps", "3000"), "a device synchronization every step",
                  "launch", checksum, 1e-6, (env_setting("cuda_device_max_connections"), env_setting("cpu_threads"))),
+        Workload("cotenant", "mlp_train.py", ("--batch", "1024", "--hidden", "2048", "--seconds", "90"),
+                 "a background co-tenant's GEMMs time-sliced with the job on its GPU", "live", loss, 1e-6,
+                 (Setting("cotenant_yield", {"share": 750}, cotenant_argv=("--yield-share", "750")),),
+                 oracle_steps=1500, cotenant=("cotenant_hog.py",)),
         Workload("bf16_ceiling", "matmul_bf16.py", ("--steps", "400"), "none: bf16 GEMMs at the ceiling",
                  "control", checksum, 1e-6, (env_setting("cuda_device_max_connections"), env_setting("alloc_expandable_segments"))),
         Workload("cupy_fft", "cupy_fft.py", ("--steps", "3000"), "none (no torch): FFTs and reductions",

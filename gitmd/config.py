@@ -98,6 +98,7 @@ class ExperimentsConfig:
         "stream_priority",
         "mempool_release",
         "pin_host_buffer",
+        "cotenant_yield",
     )
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
@@ -291,7 +292,14 @@ def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(v.items()))
 
 
-LIVE_LEVERS = ("cpu_affinity", "sched_priority", "stream_priority", "mempool_release", "pin_host_buffer")
+LIVE_LEVERS = (
+    "cpu_affinity",
+    "sched_priority",
+    "stream_priority",
+    "mempool_release",
+    "pin_host_buffer",
+    "cotenant_yield",
+)
 
 
 def _live_levers(v: Any) -> tuple[str, ...]:

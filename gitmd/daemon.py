@@ -37,6 +37,7 @@ from gitmd.telemetry.sim import SimBackend
 log = logging.getLogger(__name__)
 
 DUTY_JOB_ID = "capture.duty_cycle"
+YIELD_RENEW_S = 5.0  # co-tenant yields lift themselves 20 s after their last renewal
 REAP_JOB_ID = "jobs.reap"
 REAP_EVERY_S = 15.0
 
@@ -124,6 +125,10 @@ class Daemon:
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
+            if capture is not None:
+                scheduler.add_job(
+                    self.service.renew_yields, "interval", seconds=YIELD_RENEW_S, id="renew-yields"
+                )
             if capture is not None and cfg.capture.window_every_s > 0:
                 scheduler.add_job(
                     self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID

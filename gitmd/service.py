@@ -789,6 +789,16 @@ class Service:
                 return None
             _, pid, pin = best
             return make_lever("pin_host_buffer", pid=pid, buffers=[[b.address, b.bytes] for b in pin])
+        if name == "cotenant_yield":
+            bg = self._background_cotenants(job)
+            capture = self.capture
+            if capture is None:
+                return None
+            yielding = sorted(p for b in bg for p in self._job_pids(b.id) if capture.ring_paths(b.id).get(p))
+            if not yielding:
+                return None
+            jobs = [b.id for b in bg]
+            return make_lever("cotenant_yield", pids=yielding, jobs=jobs, share=750, period_ms=100)
         if name in ("stream_priority", "mempool_release"):
             window = self._newest.get(job.id)
             if window is None or self.capture is None:
@@ -812,7 +822,50 @@ class Service:
     def _target(self, job_id: str) -> Target:
         job = self.jobs.get(job_id)
         rings = self.capture.ring_paths(job_id) if self.capture is not None else {}
-        return Target(job_id=job_id, pids=self._job_pids(job_id), rings=rings, owner_uid=job.uid)
+        others: dict[int, int] = {}
+        for bg in self._background_cotenants(job):
+            for pid, path in self.capture.ring_paths(bg.id).items() if self.capture is not None else ():
+                rings.setdefault(pid, path)
+                others[pid] = bg.uid
+        return Target(
+            job_id=job_id, pids=self._job_pids(job_id), rings=rings, owner_uid=job.uid, ring_uids=others
+        )
+
+    def _background_cotenants(self, job: Job) -> list[Job]:
+        """Running jobs registered as background that share a GPU with ``job`` (a job that named
+        no GPUs shares them all) and have live captured processes."""
+        if self.capture is None or job.background:
+            return []
+        out = []
+        for other in self.jobs.list(include_exited=False):
+            if other.id == job.id or not other.background:
+                continue
+            if job.gpus and other.gpus and not set(job.gpus) & set(other.gpus):
+                continue
+            if self._job_pids(other.id) and self.capture.ring_paths(other.id):
+                out.append(other)
+        return out
+
+    def renew_yields(self) -> None:
+        """Every few seconds: the co-tenant yields in force are renewed (each lifts itself
+        YIELD_EXPIRY_S after its last renewal); one whose foreground job ended is reverted."""
+        for iv in self.interventions.list(pending_only=False):
+            if iv.lever != "cotenant_yield" or iv.state not in ("applied", "promoted"):
+                continue
+            try:
+                job = self.jobs.get(iv.job_id)
+            except NotFoundError:
+                job = None
+            try:
+                if job is None or job.state not in ("registered", "running"):
+                    if iv.state == "promoted":
+                        self.interventions.unpromote(iv.id)
+                    self.interventions.revert(iv.id, "the job it yielded to ended")
+                    continue
+                lever = make_lever(iv.lever, **iv.setting)
+                lever.apply(self.interventions.rebuild(iv.target))
+            except (LeverError, GitmdError) as e:
+                log.info("co-tenant yield %d: %s", iv.id, e)
 
     def _run_experiment(self, job_id: str, lever: Lever, cause: str, cancel: threading.Event) -> None:
         cfg = self.config.experiments

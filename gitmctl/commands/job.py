@@ -99,6 +99,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("gpus", ",".join(map(str, j.gpus)) or "-"),
             ("scheduler job", j.scheduler_job_id or "-"),
             ("exploration", "allowed" if j.allow_exploration else "off (known-good policies only)"),
+            ("priority", "background (yields its GPU to foreground jobs)" if j.background else "foreground"),
             (
                 "contract",
                 ", ".join(_check(c) for c in j.contract.checks) or "default (exit status, payload samples)",

@@ -41,6 +41,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
     p.add_argument("--scheduler-job-id", default="", help="the scheduler's id for this job (e.g. Slurm's)")
     p.add_argument("--no-explore", action="store_true", help="only known-good policies: no experiments")
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="yield the GPU to foreground jobs: gitmd may hold this job's kernel launches part of the time",
+    )
     add_contract_args(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
@@ -111,6 +116,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
                 launch_key=args.launch_key,
                 scheduler_job_id=args.scheduler_job_id,
                 allow_exploration=not args.no_explore,
+                background=args.background,
                 contract=_contract(args, os.getcwd()),
                 command=command,
                 cwd=os.getcwd(),

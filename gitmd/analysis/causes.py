@@ -53,9 +53,9 @@ LEVERS: dict[str, tuple[str, ...]] = {
         "alloc_max_split_size",
         "mempool_release",
     ),
-    # Stream priorities and every other runtime knob act inside one CUDA context: nothing in the
-    # catalog reclaims a GPU another process is using. explain says so and names the co-tenant.
-    "cotenant": (),
+    # Stream priorities act inside one CUDA context; another process's share of the GPU is reclaimed
+    # only from a co-tenant registered as background, by holding its launches part of the time.
+    "cotenant": ("cotenant_yield",),
     "throttling": ("power_limit", "clocks"),  # device levers: off unless allow_device_levers
     "power_cap": ("power_limit",),
     "fp32_gemm": ("tf32_override",),

@@ -99,6 +99,7 @@ def job_to_pb(view: JobView) -> Any:
         allow_exploration=j.allow_exploration,
         scheduler_job_id=j.scheduler_job_id,
         user=j.user,
+        background=j.background,
     )
     for c in j.contract.checks:
         msg.contract.checks.add(

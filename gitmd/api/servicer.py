@@ -161,6 +161,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 else True,
                 scheduler_job_id=request.scheduler_job_id,
                 scheduler_closes=request.scheduler_closes and caller.acts_for_others,
+                background=request.background,
             ),
             audit.row(caller.name, caller.uid, "RegisterJob", "ok", detail={"uid": uid, "gid": gid}),
         )

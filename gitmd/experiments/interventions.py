@@ -73,6 +73,8 @@ class Interventions:
             "gpus": list(target.gpus),
             "rings": {str(p): path for p, path in target.rings.items()},
             "owner_uid": target.owner_uid,
+            # other jobs' processes (a background co-tenant): their uid and start time
+            "ring_uids": {str(p): [uid, start_ticks(p)] for p, uid in target.ring_uids.items()},
         }
 
     def rebuild(self, stored: dict[str, Any]) -> Target:
@@ -80,13 +82,23 @@ class Interventions:
         alive = tuple(
             p for p, ticks in stored.get("pids", []) if ticks is not None and start_ticks(p) == ticks
         )
+        others = {
+            int(p): int(uid)
+            for p, (uid, ticks) in stored.get("ring_uids", {}).items()
+            if ticks is not None and start_ticks(int(p)) == ticks
+        }
         return Target(
             pids=alive,
             env=dict(stored.get("env", {})),
             gpus=tuple(stored.get("gpus", [])),
             backend=self.backend,
-            rings={int(p): path for p, path in stored.get("rings", {}).items() if int(p) in alive},
+            rings={
+                int(p): path
+                for p, path in stored.get("rings", {}).items()
+                if int(p) in alive or int(p) in others
+            },
             owner_uid=stored.get("owner_uid"),
+            ring_uids=others,
         )
 
     # -- the life of one intervention -----------------------------------------------------------
@@ -143,7 +155,8 @@ class Interventions:
             return iv
         lever = registry.make(iv.lever, **iv.setting)
         target = self.rebuild(iv.target)
-        if lever.kind is Kind.LAUNCH or target.pids or lever.kind is Kind.DEVICE:
+        # other jobs' processes it acted on (a co-tenant's yield) outlive the job's own
+        if lever.kind is Kind.LAUNCH or target.pids or target.ring_uids or lever.kind is Kind.DEVICE:
             try:
                 lever.revert(target, iv.saved)
             except LeverError as e:

@@ -52,6 +52,7 @@ class Job:
     allow_exploration: bool = True
     scheduler_job_id: str = ""
     scheduler_closes: bool = False
+    background: bool = False  # yields its GPU to foreground jobs (cotenant_yield)
 
     @property
     def user(self) -> str:
@@ -77,6 +78,7 @@ class Registration:
     allow_exploration: bool = True
     scheduler_job_id: str = ""
     scheduler_closes: bool = False  # the scheduler reports the end (honoured for scheduler callers)
+    background: bool = False  # it yields its GPU to foreground jobs
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:
@@ -100,6 +102,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         allow_exploration=bool(r["allow_exploration"]),
         scheduler_job_id=r["scheduler_job_id"],
         scheduler_closes=bool(r["scheduler_closes"]),
+        background=bool(r["background"]),
     )
 
 
@@ -177,6 +180,7 @@ class JobRegistry:
             allow_exploration=reg.allow_exploration,
             scheduler_job_id=reg.scheduler_job_id,
             scheduler_closes=reg.scheduler_closes,
+            background=reg.background,
         )
         with self.store.transaction() as db:
             # A plain prepared INSERT: sqlite-utils' insert() looks the table up in sqlite_master and
@@ -201,6 +205,7 @@ class JobRegistry:
                     "allow_exploration": int(reg.allow_exploration),
                     "scheduler_job_id": reg.scheduler_job_id,
                     "scheduler_closes": int(reg.scheduler_closes),
+                    "background": int(reg.background),
                 },
             )
             if audit_row is not None:

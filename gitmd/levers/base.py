@@ -45,6 +45,8 @@ class Target:
     backend: Any = None  # the telemetry backend, for device levers
     rings: dict[int, str] = field(default_factory=dict)  # pid -> shim ring file, for live shim levers
     owner_uid: int | None = None  # the job's uid: a ring file must belong to it
+    # rings of other jobs' processes a lever may act on (a background co-tenant): pid -> their uid
+    ring_uids: dict[int, int] = field(default_factory=dict)
 
 
 class Lever(ABC):

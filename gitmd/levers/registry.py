@@ -22,7 +22,7 @@ from gitmd.levers.launch_env import (
     DataloaderWorkers,
     Tf32Override,
 )
-from gitmd.levers.shim_knobs import MempoolRelease, PinHostBuffer, StreamPriority
+from gitmd.levers.shim_knobs import CotenantYield, MempoolRelease, PinHostBuffer, StreamPriority
 
 CATALOG: dict[str, type[Lever]] = {
     cls.name: cls
@@ -41,6 +41,7 @@ CATALOG: dict[str, type[Lever]] = {
         StreamPriority,
         MempoolRelease,
         PinHostBuffer,
+        CotenantYield,
         PowerLimit,
         SmClockLock,
     )

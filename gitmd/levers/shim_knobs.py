@@ -29,6 +29,7 @@ _WHY = {
     -errno.ENOSPC: "the free guard's table is full",
     -errno.EBUSY: "the process has not copied to the device in a window yet (no CUDA context known)",
 }
+_WHY_YIELD = {-errno.EBUSY: "CUPTI gave the shim no subscriber (another one holds the slot, or no driver)"}
 
 
 def _signed(v: int) -> int:
@@ -45,16 +46,18 @@ class KnobLever(Lever):
         except (KeyError, TypeError, ValueError):
             raise LeverError(f"{self.name}: the setting names no process (pid)") from None
 
-    def send(self, target: Target, args: tuple[int, ...], ok: tuple[int, ...] = ()) -> list[int]:
+    def send(
+        self, target: Target, args: tuple[int, ...], ok: tuple[int, ...] = (), pid: int | None = None
+    ) -> list[int]:
         """The knob's outputs; a result other than 0 (or one of ``ok``) raises LeverError."""
         from gitmd.capture.ring import Ring, RingError  # the capture package loads cffi: only when used
 
-        pid = self._pid()
+        pid = self._pid() if pid is None else pid
         path = target.rings.get(pid)
         if path is None:
             raise LeverError(f"{self.name}: no shim ring for pid {pid} (the process is not captured)")
         try:
-            ring = Ring(path, owner_uid=target.owner_uid)
+            ring = Ring(path, owner_uid=target.ring_uids.get(pid, target.owner_uid))
         except RingError as e:
             raise LeverError(f"{self.name}: {e}") from None
         try:
@@ -68,7 +71,9 @@ class KnobLever(Lever):
         finally:
             ring.close()
         if rc != 0 and rc not in ok:
-            why = _WHY.get(rc, os.strerror(-rc) if rc < 0 else str(rc))
+            why = (_WHY_YIELD if self.op_name == "GITM_KNOB_YIELD" else {}).get(rc) or _WHY.get(
+                rc, os.strerror(-rc) if rc < 0 else str(rc)
+            )
             cu = f" (CUresult {out[2]})" if rc == -errno.EIO else ""
             raise LeverError(f"{self.name} on pid {pid}: {why}{cu}")
         return out
@@ -209,3 +214,70 @@ class PinHostBuffer(KnobLever):
         for a, _ in self._buffers():
             if a not in keep:
                 self._unregister(target, a)
+
+
+YIELD_EXPIRY_S = 20  # a yield nobody renews lifts itself after this (gitmd renews every few seconds)
+
+
+class CotenantYield(KnobLever):
+    """Make a background co-tenant (a job registered with ``--background``) yield the GPU: its
+    shim holds its kernel launches for ``share`` permille of every ``period_ms``, so a foreground job
+    held back by it gets the GPU more of the time. Only new work waits (kernels already queued run
+    on); nothing the co-tenant computes changes, it only runs slower. Every yield lifts itself after
+    YIELD_EXPIRY_S unless gitmd renews it (``Service.renew_yields``): a gitmd that dies leaves no
+    co-tenant throttled."""
+
+    name = "cotenant_yield"
+    causes = frozenset({"cotenant"})
+    op_name = "GITM_KNOB_YIELD"
+
+    def _pids(self) -> list[int]:
+        raw = self.setting.get("pids")
+        try:
+            pids = [int(p) for p in raw] if isinstance(raw, list) else []
+        except (TypeError, ValueError):
+            pids = []
+        if not pids or any(p <= 0 for p in pids):
+            raise LeverError("cotenant_yield: the setting names no co-tenant processes (pids)")
+        return pids
+
+    def _share(self) -> int:
+        share = int(self.setting.get("share", 750))
+        if not 0 < share <= 950:
+            raise LeverError("cotenant_yield: share must be 1..950 permille")
+        return share
+
+    def _period(self) -> int:
+        return int(self.setting.get("period_ms", 100))
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"yield:{p}" for p in self.setting.get("pids", [])})
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"shares": {str(p): self.send(target, (0, 0, 0, 1), pid=p)[0] for p in self._pids()}}
+
+    def apply(self, target: Target) -> None:
+        share, period = self._share(), self._period()
+        done: list[int] = []
+        try:
+            for p in self._pids():
+                self.send(target, (share, period, YIELD_EXPIRY_S, 0), pid=p)
+                done.append(p)
+        except LeverError:
+            for p in done:
+                self.send(target, (0, period, 0, 0), pid=p)
+            raise
+
+    def verify(self, target: Target) -> None:
+        for p in self._pids():
+            now = self.send(target, (0, 0, 0, 1), pid=p)[1]
+            if now != self._share():
+                raise LeverError(f"cotenant_yield: pid {p} yields {now} permille, not {self._share()}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        shares = saved.get("shares", {})
+        for p in self._pids():
+            if p not in target.rings:
+                continue  # the co-tenant ended
+            before = int(shares.get(str(p), 0))
+            self.send(target, (before, self._period(), YIELD_EXPIRY_S if before else 0, 0), pid=p)

@@ -100,6 +100,12 @@ extern "C" {
  * -EFAULT: not one private anonymous read-write mapping; -ENOSPC: the guard's table is full;
  * -ENOENT (unregister): not registered (any more); -EBUSY: no CUDA context seen yet. */
 #define GITM_KNOB_HOST_REGISTER 4
+/* Yield the GPU: hold this process's kernel launches (driver and runtime launch API callbacks) for
+ * args[0] permille (0 off, at most 950) of every args[1] ms (10..1000; 0: 100), until args[2]
+ * seconds (1..600) from now unless renewed: a yield nobody renews lifts itself. args[3] 1: only
+ * read. out[0] the share before, out[1] after, out[2] ms left. -EBUSY: another CUPTI subscriber
+ * holds the slot. For jobs registered as background, to let a foreground job on the same GPU run. */
+#define GITM_KNOB_YIELD 5
 
 struct gitm_clock_pair {
     uint64_t cupti_ns;    /* cuptiGetTimestamp() */

@@ -77,6 +77,9 @@ static struct {
     uint32_t (*app_cupti)(void);  /* the free guard's view of the job's own CUPTI use (NULL: no guard) */
     uint64_t (*app_kinds)(void);
     int app_acted;                /* the job enabled a kind or registered callbacks: give up the window */
+    uint32_t yield_share;         /* GITM_KNOB_YIELD: permille of each period launches are held (0: off) */
+    uint64_t yield_period_ns;
+    uint64_t yield_until_ns;      /* CLOCK_MONOTONIC: the yield lifts itself then */
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -372,8 +375,8 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
 /* Called with cupti_lock held. */
 static void request_detach(void)
 {
-    if (!g.detach)
-        return;
+    if (!g.detach || g.yield_share)
+        return; /* a yield needs CUPTI attached: the detach comes when it ends */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
     if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
@@ -444,6 +447,28 @@ static void launch_seen(CUpti_CallbackDomain d, CUpti_CallbackId cbid, const CUp
     }
 }
 
+/* ---- yielding the GPU (GITM_KNOB_YIELD) ---------------------------------------------------------- *
+ * A background job's launching threads wait in the launch callback while the closed part of each
+ * period runs; computed from the clock by the thread itself (no lock, no CUDA call). Kernels already
+ * queued run on; only new work waits. Past yield_until_ns the gate is open whatever the daemon did.
+ */
+static void yield_gate(void)
+{
+    for (;;) {
+        uint32_t share = __atomic_load_n(&g.yield_share, __ATOMIC_ACQUIRE);
+        uint64_t now = mono_ns();
+        if (!share || g.inert || now >= __atomic_load_n(&g.yield_until_ns, __ATOMIC_RELAXED))
+            return;
+        uint64_t period = __atomic_load_n(&g.yield_period_ns, __ATOMIC_RELAXED);
+        uint64_t closed = period / 1000 * share, phase = period ? now % period : 0;
+        if (!period || phase >= closed)
+            return;
+        uint64_t wait = closed - phase;
+        struct timespec ts = {0, (long)(wait < 5000000 ? wait : 5000000)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static const struct {
     CUpti_CallbackDomain domain;
     CUpti_CallbackId cbid;
@@ -455,6 +480,14 @@ static const struct {
     {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx},
     {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz},
 };
+
+static int is_launch(CUpti_CallbackDomain d, CUpti_CallbackId cbid)
+{
+    for (size_t i = 0; i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; i++)
+        if (LAUNCH_CBIDS[i].domain == d && LAUNCH_CBIDS[i].cbid == cbid)
+            return 1;
+    return 0;
+}
 
 /* ---- payload samples ------------------------------------------------------------------------- *
  * Small device-to-host copies (a loss that .item() reads each step, a checksum) are sampled while a
@@ -640,8 +673,11 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
 {
     (void)u;
     const CUpti_CallbackData *cb = info;
-    if (cb->callbackSite == CUPTI_API_ENTER && __atomic_load_n(&g.learning, __ATOMIC_RELAXED)) {
-        launch_seen(d, cbid, cb);
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (__atomic_load_n(&g.yield_share, __ATOMIC_RELAXED) && is_launch(d, cbid))
+            yield_gate();
+        if (__atomic_load_n(&g.learning, __ATOMIC_RELAXED))
+            launch_seen(d, cbid, cb);
         return;
     }
     if (d != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT || !g.window_id)
@@ -717,11 +753,13 @@ static int enable_cbids(const CUpti_CallbackId *ids, size_t n)
     return 1;
 }
 
+/* launch callbacks are on while streams are learnt or the process yields */
 static void enable_learning(int on)
 {
     __atomic_store_n(&g.learning, on, __ATOMIC_RELAXED);
+    int want = on || __atomic_load_n(&g.yield_share, __ATOMIC_RELAXED);
     for (size_t i = 0; i < sizeof LAUNCH_CBIDS / sizeof LAUNCH_CBIDS[0]; i++)
-        cuptiEnableCallback(on, g.payload_sub, LAUNCH_CBIDS[i].domain, LAUNCH_CBIDS[i].cbid);
+        cuptiEnableCallback(want, g.payload_sub, LAUNCH_CBIDS[i].domain, LAUNCH_CBIDS[i].cbid);
 }
 
 /* Called with cupti_lock held, at window open: one subscriber for payload samples and stream
@@ -730,9 +768,11 @@ static uint32_t start_payloads(uint32_t mask)
 {
     if (!(mask & (GITM_KIND_PAYLOAD | GITM_KIND_STREAMS | GITM_KIND_HOSTSRC)))
         return 0;
-    if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
-        return 0;
-    g.payload_subscribed = 1;
+    if (!g.payload_subscribed) { /* a yield may hold it already */
+        if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
+            return 0;
+        g.payload_subscribed = 1;
+    }
     uint32_t got = 0;
     if ((mask & GITM_KIND_PAYLOAD) && enable_cbids(PAYLOAD_CBIDS, sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0])) {
         got |= GITM_KIND_PAYLOAD;
@@ -747,7 +787,7 @@ static uint32_t start_payloads(uint32_t mask)
         g.learn_until_ns = mono_ns() + LEARN_NS;
         got |= GITM_KIND_STREAMS;
     }
-    if (!got) {
+    if (!got && !g.yield_share) {
         cuptiUnsubscribe(g.payload_sub);
         g.payload_subscribed = 0;
     }
@@ -762,8 +802,15 @@ static void stop_payloads(void)
     __atomic_store_n(&g.learning, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g.payload_on, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g.hostsrc_on, 0, __ATOMIC_RELAXED);
-    cuptiUnsubscribe(g.payload_sub);
-    g.payload_subscribed = 0;
+    if (g.yield_share) { /* the yield keeps the subscriber and its launch callbacks */
+        for (size_t i = 0; i < sizeof PAYLOAD_CBIDS / sizeof PAYLOAD_CBIDS[0]; i++)
+            cuptiEnableCallback(0, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, PAYLOAD_CBIDS[i]);
+        for (size_t i = 0; i < sizeof HOSTSRC_CBIDS / sizeof HOSTSRC_CBIDS[0]; i++)
+            cuptiEnableCallback(0, g.payload_sub, CUPTI_CB_DOMAIN_DRIVER_API, HOSTSRC_CBIDS[i]);
+    } else {
+        cuptiUnsubscribe(g.payload_sub);
+        g.payload_subscribed = 0;
+    }
     pthread_mutex_lock(&g.payload_lock);
     pending_count = 0; /* copies never synchronized inside the window are not sampled */
     pthread_mutex_unlock(&g.payload_lock);
@@ -859,7 +906,7 @@ static void open_window(uint32_t id, uint32_t mask)
         return;
     }
     __atomic_store_n(&g.app_acted, 0, __ATOMIC_RELEASE);
-    int other = other_subscriber_present();
+    int other = g.payload_subscribed ? 0 : other_subscriber_present(); /* a yield of ours holds the slot */
     if (other != 0) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, other > 0 ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : -other,
                              other > 0 ? "another CUPTI subscriber (a profiler) is active: not capturing"
@@ -1107,6 +1154,58 @@ static int32_t knob_host_register(const uint64_t *args, uint64_t *out)
     return 0;
 }
 
+/* Called with cupti_lock held: the yield off, the subscriber given back if no window uses it. */
+static void yield_off(void)
+{
+    if (!g.yield_share)
+        return;
+    __atomic_store_n(&g.yield_share, 0, __ATOMIC_RELEASE);
+    if (g.payload_subscribed && !g.window_id) {
+        cuptiUnsubscribe(g.payload_sub);
+        g.payload_subscribed = 0;
+        request_detach();
+    } else if (g.payload_subscribed) {
+        enable_learning(__atomic_load_n(&g.learning, __ATOMIC_RELAXED));
+    }
+}
+
+static int32_t knob_yield(const uint64_t *args, uint64_t *out)
+{
+    uint64_t now = mono_ns();
+    out[0] = g.yield_share;
+    if (args[3] == 1) {
+        out[1] = g.yield_share;
+        out[2] = g.yield_share && g.yield_until_ns > now ? (g.yield_until_ns - now) / 1000000 : 0;
+        return 0;
+    }
+    uint64_t share = args[0], period_ms = args[1] ? args[1] : 100, expiry_s = args[2];
+    if (share > 950 || period_ms < 10 || period_ms > 1000 || (share && (expiry_s < 1 || expiry_s > 600)))
+        return -EINVAL;
+    pthread_mutex_lock(&g.cupti_lock);
+    int32_t rc = 0;
+    if (!share) {
+        yield_off();
+    } else {
+        cancel_detach();
+        if (!g.payload_subscribed) {
+            if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS) {
+                rc = -EBUSY;
+                goto out;
+            }
+            g.payload_subscribed = 1;
+        }
+        __atomic_store_n(&g.yield_period_ns, period_ms * 1000000ULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&g.yield_until_ns, now + expiry_s * 1000000000ULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&g.yield_share, (uint32_t)share, __ATOMIC_RELEASE);
+        enable_learning(__atomic_load_n(&g.learning, __ATOMIC_RELAXED));
+    }
+out:
+    out[1] = g.yield_share;
+    out[2] = g.yield_share ? (g.yield_until_ns - now) / 1000000 : 0;
+    pthread_mutex_unlock(&g.cupti_lock);
+    return rc;
+}
+
 static void handle_knob(struct gitm_control *c)
 {
     uint32_t seq = __atomic_load_n(&c->knob_seq, __ATOMIC_ACQUIRE);
@@ -1123,12 +1222,14 @@ static void handle_knob(struct gitm_control *c)
         break;
     case GITM_KNOB_STREAM_PRIORITY:
     case GITM_KNOB_MEMPOOL_RELEASE:
-    case GITM_KNOB_HOST_REGISTER: {
+    case GITM_KNOB_HOST_REGISTER:
+    case GITM_KNOB_YIELD: {
         uint64_t args[4], out[4] = {0};
         memcpy(args, (const void *)c->knob_args, sizeof args);
         c->knob_result = c->knob_op == GITM_KNOB_STREAM_PRIORITY ? knob_stream_priority(args, out)
                          : c->knob_op == GITM_KNOB_MEMPOOL_RELEASE ? knob_mempool_release(args, out)
-                                                                   : knob_host_register(args, out);
+                         : c->knob_op == GITM_KNOB_HOST_REGISTER   ? knob_host_register(args, out)
+                                                                   : knob_yield(args, out);
         memcpy((void *)c->knob_out, out, sizeof out);
         break;
     }
@@ -1153,6 +1254,11 @@ static void step(void)
         pthread_mutex_unlock(&g.cupti_lock);
         g.applied_seq = seq;
         __atomic_store_n(&c->window_ack, seq, __ATOMIC_RELEASE);
+    }
+    if (g.yield_share && mono_ns() >= g.yield_until_ns) { /* nobody renewed it: lift it */
+        pthread_mutex_lock(&g.cupti_lock);
+        yield_off();
+        pthread_mutex_unlock(&g.cupti_lock);
     }
     if (g.window_id && __atomic_load_n(&g.app_acted, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&g.cupti_lock);

@@ -33,6 +33,14 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
             g, Workload("cpu", str(prog), (), "none", "live", r"loss=(\S+)", 1e-6, (), live_seconds=3)
         )
         assert live["promoted"] == [] and live["job_id"]
+        co = short_tmp / "co.py"
+        co.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+        w_co = Workload(
+            "cpu", str(prog), (), "none", "live", r"loss=(\S+)", 1e-6, (), live_seconds=3, cotenant=(str(co),)
+        )
+        with_co = bench_run.live(g, w_co)
+        background = [j for j in bench_run.jobs(g) if j.background]
+        assert len(background) == 1 and with_co["job_id"] != background[0].id  # gitmd ran it as background
         over = bench_run.overhead(w, "sim", short_tmp, repeats=2)
         assert over is not None and over > -0.5
         row = bench_run.score(w, {**got, "overhead": over}, None)

@@ -154,6 +154,14 @@ def test_knob_channel_round_trip(daemon: Daemon, short_tmp: Path) -> None:
     assert ring.knob(op, (lo, hi - lo, 0))[0] == -79  # -ELIBACC: fine memory, but no libcuda here
     assert ring.knob(op, (lo, hi - lo + (1 << 40), 0))[0] == -14  # -EFAULT: runs past the mapping
     assert ring.knob(op, (0x7F0000000000, 0, 1))[0] == -2  # -ENOENT: nothing to unregister
+    # yield: read, bad values refused, and without a driver CUPTI gives no subscriber to hold launches
+    op = ring.abi.const("GITM_KNOB_YIELD")
+    assert ring.knob(op, (0, 0, 0, 1)) == (0, [0, 0, 0, 0])
+    for bad in ((960, 100, 20), (500, 5, 20), (500, 100, 0), (500, 100, 601)):
+        assert ring.knob(op, (*bad, 0))[0] == -22, bad  # -EINVAL, nothing changed
+    rc, out = ring.knob(op, (500, 100, 20, 0))
+    assert (rc, out[1]) == (-16, 0)  # -EBUSY: not yielding
+    assert ring.knob(op, (0, 0, 0, 0)) == (0, [0, 0, 0, 0])  # off: always fine
     ring.close()
     stop.touch()
     assert proc.wait(30) == 0

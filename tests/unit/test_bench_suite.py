@@ -33,3 +33,12 @@ def test_the_report_scores_a_row() -> None:
     assert row["ratio"] == 0.9 and row["regressions"] == 0 and row["violations"] == 0
     md = report([row], ["bench/run.py"], "NVIDIA H200, 580")
     assert "| fp32_mlp | launch |" in md and "policy at launch, no trial" in md and "+0.4%" in md
+
+
+def test_the_cotenant_workload_starts_its_background_cotenant_with_the_settings_switch() -> None:
+    (w,) = [x for x in suite() if x.name == "cotenant"]
+    assert w.mode == "live" and w.cotenant and (W / w.cotenant[0]).is_file()
+    (s,) = w.settings
+    assert s.lever == "cotenant_yield" and s.cotenant_argv == ("--yield-share", "750")
+    src = (W / w.cotenant[0]).read_text()
+    assert "--yield-share" in src and 'print("ready"' in src

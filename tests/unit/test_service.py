@@ -325,3 +325,58 @@ def test_runs_a_restarted_gitmd_cannot_measure_are_closed_without_a_step_time(tm
         ("job2", True, None),
     ]
     assert t.state == "running" and t.spoiled() == 1 and t.next_arm() == "B"  # the trial goes on
+
+
+def _ring_for(write_ring: Callable[..., Path], job_dir: str, pid: int, threads: int = 1) -> None:
+    """A ring file in the job's directory that names a live process (its pid and start time)."""
+    ring = write_ring(10, 64, threads)  # a directory of its own per call
+    data = bytearray(ring.read_bytes())
+    data[40:44] = pid.to_bytes(4, "little")
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    (Path(job_dir) / f"ring-{pid}-1.gitm").write_bytes(bytes(data))
+
+
+def test_a_background_cotenant_on_the_same_gpu_is_what_cotenant_yield_acts_on(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    import sys
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    fg, fg_plan = svc.register_job(Registration("train", ("python", "t.py"), "/srv", *me, gpus=(0,)))
+    _, og_plan = svc.register_job(
+        Registration("elsewhere", ("python", "e.py"), "/srv", *me, gpus=(1,), background=True)
+    )
+    bg, bg_plan = svc.register_job(Registration("hog", ("python", "h.py"), "/srv", *me, background=True))
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    try:
+        for i, (plan, p) in enumerate(zip((fg_plan, og_plan, bg_plan), procs, strict=True)):
+            _ring_for(write_ring, plan.env["GITM_JOB_DIR"], p.pid, threads=i + 1)
+        fg_job = svc.jobs.get(fg.job.id)
+        assert [j.id for j in svc._background_cotenants(fg_job)] == [bg.job.id]  # GPU 1 is not shared
+        assert (
+            svc._background_cotenants(svc.jobs.get(bg.job.id)) == []
+        )  # a background job yields, never gains
+        lever = svc._live_lever("cotenant_yield", fg_job)
+        assert lever is not None and lever.setting["pids"] == [procs[2].pid]
+        assert lever.setting["jobs"] == [bg.job.id] and lever.setting["share"] == 750
+        target = svc._target(fg.job.id)
+        assert target.pids == (procs[0].pid,)  # host levers still act on the job's own processes only
+        assert procs[2].pid in target.rings and target.ring_uids == {procs[2].pid: os.getuid()}
+        stored = svc.interventions.describe(target)
+        again = svc.interventions.rebuild(stored)  # what a restarted gitmd reverts through
+        assert again.rings == target.rings and again.ring_uids == target.ring_uids
+        procs[2].kill()
+        procs[2].wait()
+        assert procs[2].pid not in svc.interventions.rebuild(stored).rings  # gone: nothing to revert
+        import time
+
+        deadline = time.monotonic() + 10
+        while svc._live_lever("cotenant_yield", fg_job) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the process watcher notices the exit
+        assert svc._live_lever("cotenant_yield", fg_job) is None
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -83,7 +83,7 @@ def test_every_cause_has_a_lever_entry_and_the_message_carries_them() -> None:
         LEVERS["pageable_copy"]
     )
     assert msg.host.samples > 10 and msg.gpu.samples > 10
-    assert LEVERS["cotenant"] == ()  # no runtime knob reaches across contexts; explain says so
+    assert LEVERS["cotenant"] == ("cotenant_yield",)  # only a co-tenant registered as background yields
 
 
 def test_fp32_gemm_names() -> None:
