@@ -6,8 +6,9 @@ the oracle's speedup and setting; their ratio; regressions promoted (a promoted 
 measured slower) and equivalence violations (a promoted setting whose outputs the oracle saw
 change); the time from the job's start to gitmd's decision; capture overhead (the program's own
 step time under a gitmd at its default duty cycle, exploration off, against without gitmd,
-interleaved 40-second runs); and the recurring case (the launch after the decision gets the policy
-in its plan, or applied to its processes for a live lever, and no new trial of it).
+interleaved 30-second runs, 3 pairs by default); and the recurring case (the launch after the
+decision gets the policy in its plan, or applied to its processes for a live lever, and no new
+trial of it).
 
   live     one `gitmctl run` of the job (seconds-long), its experiments polled until decided
   launch   `gitmctl run` launches of the recurring job until its launch trial is decided, then one more
@@ -213,7 +214,7 @@ backend = "{backend}"
 [metrics]
 port = 0
 """
-OVERHEAD_S = 40.0
+OVERHEAD_S = 30.0
 
 
 def timed_args(w: Workload, seconds: float) -> list[str]:
@@ -318,6 +319,12 @@ def main() -> int:
     p.add_argument("--oracle-repeats", type=int, default=3)
     p.add_argument("--no-oracle", action="store_true", help="gitmd's side only")
     p.add_argument("--no-overhead", action="store_true", help="skip the capture overhead runs")
+    p.add_argument(
+        "--overhead-repeats",
+        type=int,
+        default=3,
+        help="interleaved pairs of 30-s runs (H200: 2 were too few)",
+    )
     p.add_argument("--backend", default="nvml")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     a = p.parse_args()
@@ -343,7 +350,11 @@ def main() -> int:
             try:
                 got = launch(g, w) if w.mode == "launch" else live(g, w)
                 runs: dict[str, Any] = {}
-                got["overhead"] = overhead(w, a.backend, Path(d), keep=runs) if not a.no_overhead else None
+                got["overhead"] = (
+                    overhead(w, a.backend, Path(d), repeats=a.overhead_repeats, keep=runs)
+                    if not a.no_overhead
+                    else None
+                )
                 got["overhead_runs"] = runs
             finally:
                 if hog is not None:
