@@ -849,9 +849,7 @@ class Service:
     def renew_yields(self) -> None:
         """Every few seconds: the co-tenant yields in force are renewed (each lifts itself
         YIELD_EXPIRY_S after its last renewal); one whose foreground job ended is reverted."""
-        for iv in self.interventions.list(pending_only=False):
-            if iv.lever != "cotenant_yield" or iv.state not in ("applied", "promoted"):
-                continue
+        for iv in self.interventions.in_force("cotenant_yield"):
             try:
                 job = self.jobs.get(iv.job_id)
             except NotFoundError:

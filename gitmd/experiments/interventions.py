@@ -220,6 +220,19 @@ class Interventions:
         with self.store.reading() as db:
             return [_row(r) for r in db.query(sql, args)]
 
+    def in_force(self, lever: str) -> list[Intervention]:
+        """Every intervention of ``lever`` applied or promoted now (an indexed query, not a scan of
+        the whole history)."""
+        with self.store.reading() as db:
+            return [
+                _row(r)
+                for r in db.query(
+                    "SELECT * FROM interventions WHERE lever = ? AND state IN ('applied', 'promoted') "
+                    "ORDER BY id",
+                    [lever],
+                )
+            ]
+
     def revert_all(
         self, reason: str, job_id: str = "", on_error: Callable[[Intervention, Exception], None] | None = None
     ) -> int:

@@ -380,3 +380,31 @@ def test_a_background_cotenant_on_the_same_gpu_is_what_cotenant_yield_acts_on(
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_yield_in_force_is_taken_back_when_the_job_it_yielded_to_ends(tmp_path: Path) -> None:
+    """renew_yields: a promoted cotenant_yield whose foreground job ended is reverted (the
+    co-tenant here is gone too, so there is nothing to send: the record still says why)."""
+    import json as _json
+    import time
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    view, _ = svc.register_job(Registration("train", ("python", "t.py"), "/srv", *me))
+    now = time.time_ns()
+    target = {"pids": [], "rings": {"999999": "/nonexistent"}, "ring_uids": {"999999": [os.getuid(), 1]}}
+    with svc.interventions.store.transaction() as db:
+        db.conn.execute(
+            "INSERT INTO interventions (job_id, lever, kind, setting, target, saved, state, created_ns, "
+            "updated_ns) VALUES (?, 'cotenant_yield', 'live-shim', ?, ?, ?, 'promoted', ?, ?)",
+            (view.job.id, _json.dumps({"pids": [999999], "share": 750}), _json.dumps(target),
+             _json.dumps({"shares": {"999999": 0}}), now, now),
+        )  # fmt: skip
+    (iv,) = svc.interventions.in_force("cotenant_yield")
+    svc.renew_yields()  # the job still runs: kept (the renewal finds no co-tenant ring, says so)
+    assert svc.interventions.get(iv.id).state == "promoted"
+    svc.report_exit(view.job.id, 0)
+    svc.renew_yields()
+    after = svc.interventions.get(iv.id)
+    assert after.state == "reverted" and after.reason == "the job it yielded to ended"
+    assert svc.interventions.in_force("cotenant_yield") == []
