@@ -8,6 +8,7 @@ never touches a process that merely reuses a pid.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import time
@@ -220,7 +221,7 @@ class Interventions:
         with self.store.reading() as db:
             return [_row(r) for r in db.query(sql, args)]
 
-    def in_force(self, lever: str) -> list[Intervention]:
+    def in_force(self, lever: str) -> builtins.list[Intervention]:
         """Every intervention of ``lever`` applied or promoted now (an indexed query, not a scan of
         the whole history)."""
         with self.store.reading() as db:
