@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
     rows = [
         (
             j.id,
-            j.name,
+            j.name + (" [background]" if j.background else ""),
             j.state + (f" ({j.exit_code})" if j.HasField("exit_code") else ""),
             str(sum(p.alive for p in j.processes)),
             "on" if j.capture else "off",

@@ -409,3 +409,21 @@ def test_the_container_launcher_runs_through_gitmd_or_untouched(daemon: Daemon, 
         text=True,
     )
     assert r.returncode == 7 and r.stdout == "job=none\n" and r.stderr == ""
+
+
+def test_a_background_job_says_so_everywhere(daemon: Daemon, short_tmp: Path) -> None:
+    proc, stop = run_job(daemon, short_tmp, "--name", "hog", "--background")
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().split()[1]
+    assert ctl_json(daemon.socket, "job", job_id)["background"] is True
+    assert "[background]" in ctl(daemon.socket, "jobs").stdout
+    assert "background (yields its GPU to foreground jobs)" in ctl(daemon.socket, "job", job_id).stdout
+    stop.touch()
+    assert proc.wait(30) == 0
+    fg, stop2 = run_job(daemon, short_tmp, "--name", "train")
+    assert fg.stdout is not None
+    fg_id = fg.stdout.readline().split()[1]
+    assert not ctl_json(daemon.socket, "job", fg_id).get("background", False)
+    assert "foreground" in ctl(daemon.socket, "job", fg_id).stdout
+    stop2.touch()
+    assert fg.wait(30) == 0
