@@ -2,7 +2,9 @@
 
 prolog   (Slurm's Prolog, once per job and node, as root): tells gitmd the job started, registers it
          on behalf of its user (uid from Slurm, GPUs from SLURM_JOB_GPUS, launch key from the job's
-         command and working directory) and stores the launch plan as ``export NAME=value`` lines in
+         command and working directory; a job of a partition named in --background-partitions as a
+         background job, which yields its GPU to foreground jobs) and stores the launch plan as
+         ``export NAME=value`` lines in
          ``<plan-dir>/<job id>.env`` (owned by the job's user, mode 0600) for the TaskProlog to print.
 epilog   (Slurm's Epilog, as root): gitmd closes every gitmd job of this Slurm job (its live
          interventions reverted, its exit recorded) and the plan file is removed.
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a.add_argument(
             "--plan-dir", type=Path, default=Path("/run/gitmd/slurm"), help="where launch plans are kept"
         )
+        if action == "prolog":
+            a.add_argument(
+                "--background-partitions",
+                default="",
+                help="comma-separated partitions whose jobs yield their GPUs to others (e.g. preemptible)",
+            )
 
 
 def _say(text: str) -> None:
@@ -147,6 +155,8 @@ def prolog(args: argparse.Namespace, client: Client) -> None:
             launch_key="" if command else f"slurm-job-name:{name}",
             scheduler_job_id=job_id,
             scheduler_closes=True,
+            background=env.get("SLURM_JOB_PARTITION", "")
+            in {x.strip() for x in args.background_partitions.split(",") if x.strip()},
         ),
     )
     for w in resp.plan.warnings:

@@ -64,6 +64,7 @@ class Cluster:
             "GITMD_SOCKET": str(gitmd_socket),
             "GITMCTL": command("gitmctl")[0],
             "GITMD_SLURM_DIR": str(self.plans),
+            "GITMD_BACKGROUND_PARTITIONS": "scavenger",
         }
         for script in ("gitmd-prolog", "gitmd-epilog", "gitmd-taskprolog"):
             _wrapper(top / script, script, wrap_env)
@@ -97,6 +98,7 @@ TaskProlog={top}/gitmd-taskprolog
 PrologFlags=Alloc
 NodeName={host} CPUs={os.cpu_count() or 1} RealMemory=1000 State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=scavenger Nodes=ALL Default=NO MaxTime=INFINITE State=UP
 """
         )
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -243,6 +245,19 @@ def test_steps_are_registered_for_their_user_and_closed_by_the_epilog(
     assert not (cluster.plans / f"{slurm_id}.env").exists()  # the Epilog removed the plan
     text = ctl(gitmd.socket, "job", "--slurm-job", slurm_id).stdout
     assert env["GITM_JOB_ID"] in text and "SchedulerJobEnd" in text
+
+
+def test_a_job_of_a_background_partition_is_registered_as_background(
+    slurm: tuple[Cluster, Daemon, pwd.struct_passwd],
+) -> None:
+    cluster, gitmd, _ = slurm
+    for partition, background in (("scavenger", True), ("test", False)):
+        r = cluster.srun(USER, "-p", partition, "sh", "-c", STEP.format(code=0))
+        assert r.returncode == 0, r.stderr
+        slurm_id = _fields(r.stdout)["slurm-job"]
+        view = _closed(gitmd, slurm_id)
+        [job] = view["jobs"]
+        assert bool(job.get("background", False)) is background, (partition, job)
 
 
 def test_with_gitmd_stopped_the_same_srun_runs_untouched(
