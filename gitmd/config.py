@@ -73,6 +73,16 @@ class CaptureConfig:
     free_guard: bool = True
 
 
+LIVE_LEVERS = (
+    "cpu_affinity",
+    "sched_priority",
+    "stream_priority",
+    "mempool_release",
+    "pin_host_buffer",
+    "cotenant_yield",
+)
+
+
 LAUNCH_LEVERS = (
     "tf32_override",
     "alloc_expandable_segments",
@@ -92,14 +102,7 @@ class ExperimentsConfig:
     min_gain: float = 0.03  # promote only when the interval's lower bound clears 1 + min_gain
     rounds: int = 4  # AB/BA pairs per experiment
     settle_s: float = 0.5  # after applying, before the treatment window
-    live_levers: tuple[str, ...] = (
-        "cpu_affinity",
-        "sched_priority",
-        "stream_priority",
-        "mempool_release",
-        "pin_host_buffer",
-        "cotenant_yield",
-    )
+    live_levers: tuple[str, ...] = LIVE_LEVERS
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
@@ -290,16 +293,6 @@ def _subjects(v: Any) -> tuple[tuple[str, str], ...]:
         if role not in REMOTE_ROLES:
             raise ValueError(f"role of {cn!r} must be one of {', '.join(REMOTE_ROLES)}")
     return tuple(sorted(v.items()))
-
-
-LIVE_LEVERS = (
-    "cpu_affinity",
-    "sched_priority",
-    "stream_priority",
-    "mempool_release",
-    "pin_host_buffer",
-    "cotenant_yield",
-)
 
 
 def _live_levers(v: Any) -> tuple[str, ...]:

@@ -794,7 +794,9 @@ class Service:
             capture = self.capture
             if capture is None:
                 return None
-            yielding = sorted(p for b in bg for p in self._job_pids(b.id) if capture.ring_paths(b.id).get(p))
+            yielding = sorted(
+                p for b in bg for p in set(self._job_pids(b.id)) & set(capture.ring_paths(b.id))
+            )
             if not yielding:
                 return None
             jobs = [b.id for b in bg]

@@ -16,20 +16,14 @@ from typing import Any, ClassVar
 from gitmd.levers.base import Kind, Lever, LeverError, Risk, Target
 
 UINT64 = (1 << 64) - 1
+# what a knob's negative errno means, for every knob; each lever adds its own (``why``)
 _WHY = {
-    -errno.ENOENT: "the shim has not seen a kernel launch on that stream yet",
-    -errno.ESTALE: "that stream is gone",
     -errno.ENOSYS: "the shim in the process does not know this knob (an older shim)",
     -errno.ELIBACC: "the shim could not find libcuda's functions in the process",
     -errno.EINVAL: "the shim refused the value",
     -errno.ENODEV: "no such device in the process",
     -errno.EIO: "the CUDA call failed",
-    -errno.ENOTSUP: "the job was launched without gitmd's free guard (libgitm_guard.so not preloaded)",
-    -errno.EFAULT: "the range is not private anonymous read-write memory of the process",
-    -errno.ENOSPC: "the free guard's table is full",
-    -errno.EBUSY: "the process has not copied to the device in a window yet (no CUDA context known)",
 }
-_WHY_YIELD = {-errno.EBUSY: "CUPTI gave the shim no subscriber (another one holds the slot, or no driver)"}
 
 
 def _signed(v: int) -> int:
@@ -39,6 +33,7 @@ def _signed(v: int) -> int:
 class KnobLever(Lever):
     kind = Kind.LIVE_SHIM
     op_name: ClassVar[str]
+    why: ClassVar[dict[int, str]] = {}  # this knob's own results, in words (gitm_shim.h)
 
     def _pid(self) -> int:
         try:
@@ -71,9 +66,7 @@ class KnobLever(Lever):
         finally:
             ring.close()
         if rc != 0 and rc not in ok:
-            why = (_WHY_YIELD if self.op_name == "GITM_KNOB_YIELD" else {}).get(rc) or _WHY.get(
-                rc, os.strerror(-rc) if rc < 0 else str(rc)
-            )
+            why = {**_WHY, **self.why}.get(rc, os.strerror(-rc) if rc < 0 else str(rc))
             cu = f" (CUresult {out[2]})" if rc == -errno.EIO else ""
             raise LeverError(f"{self.name} on pid {pid}: {why}{cu}")
         return out
@@ -86,6 +79,10 @@ class StreamPriority(KnobLever):
     name = "stream_priority"
     causes = frozenset({"stream_starved"})
     op_name = "GITM_KNOB_STREAM_PRIORITY"
+    why: ClassVar[dict[int, str]] = {
+        -errno.ENOENT: "the shim has not seen a kernel launch on that stream yet",
+        -errno.ESTALE: "that stream is gone",
+    }
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"stream:{self.setting.get('pid')}:{self.setting.get('stream')}"})
@@ -156,6 +153,14 @@ class PinHostBuffer(KnobLever):
     causes = frozenset({"pageable_copy"})
     risk = Risk.MEMORY
     op_name = "GITM_KNOB_HOST_REGISTER"
+    why: ClassVar[dict[int, str]] = {
+        -errno.ENOTSUP: "the job was launched without gitmd's free guard (libgitm_guard.so not preloaded)",
+        -errno.EFAULT: "the range is not private anonymous read-write memory of the process",
+        -errno.ENOSPC: "the free guard's table is full",
+        -errno.EBUSY: "the process has not copied to the device in a window yet (no CUDA context known)",
+        -errno.ENOENT: "the range is not registered (any more)",
+        -errno.ESTALE: "the process's CUDA context is gone",
+    }
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"hostmem:{self.setting.get('pid')}"})
@@ -230,6 +235,9 @@ class CotenantYield(KnobLever):
     name = "cotenant_yield"
     causes = frozenset({"cotenant"})
     op_name = "GITM_KNOB_YIELD"
+    why: ClassVar[dict[int, str]] = {
+        -errno.EBUSY: "CUPTI gave the shim no subscriber (another one holds the slot, or no driver)"
+    }
 
     def _pids(self) -> list[int]:
         raw = self.setting.get("pids")

@@ -247,12 +247,7 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
     try:
         first = min(os.sched_getaffinity(0))
         os.sched_setaffinity(child.pid, {first})  # started squeezed onto one core
-        ring = write_ring(10, 64)
-        data = bytearray(ring.read_bytes())
-        data[40:44] = child.pid.to_bytes(4, "little")
-        stat = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        data[48:56] = int(stat[19]).to_bytes(8, "little")
-        (Path(plan.env["GITM_JOB_DIR"]) / f"ring-{child.pid}-1.gitm").write_bytes(bytes(data))
+        _ring_for(write_ring, plan.env["GITM_JOB_DIR"], child.pid)
         assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
         svc._apply_live_policy(view.job.id)  # what the first duty window of the run does
         moved = os.sched_getaffinity(child.pid)
