@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -265,6 +267,7 @@ EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
  */
 
 #define CUPTI_NOT_INITIALIZED 15 /* CUPTI_ERROR_NOT_INITIALIZED: no libcupti behind us */
+#define CUPTI_MULTIPLE_SUBSCRIBERS 39 /* CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED */
 
 static const void *_Atomic owner_base;
 static void (*_Atomic on_app)(void);
@@ -276,6 +279,12 @@ static atomic_int app_callbacks;
 static void *_Atomic app_requested, *_Atomic app_completed;
 static atomic_int app_holds_callbacks;
 static pthread_mutex_t cupti_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The application's subscriber (Kineto subscribes once, when its profiler first starts, and fails
+ * its whole CUDA trace if the slot is taken): set before its first attempt, so the shim takes the
+ * slot no more from then on, until it unsubscribes or finalizes. */
+static atomic_int app_subscribed;
+static void *_Atomic app_subscriber;
+static int (*_Atomic give_up_slot)(void);
 
 EXPORT void gitm_guard_cupti_owner(const void *inside_owner, void (*fn)(void))
 {
@@ -285,6 +294,11 @@ EXPORT void gitm_guard_cupti_owner(const void *inside_owner, void (*fn)(void))
     atomic_store(&on_app, fn);
 }
 
+EXPORT void gitm_guard_cupti_slot(int (*give_up)(void))
+{
+    atomic_store(&give_up_slot, give_up);
+}
+
 EXPORT uint64_t gitm_guard_app_kinds(void)
 {
     return atomic_load(&app_kinds);
@@ -292,7 +306,8 @@ EXPORT uint64_t gitm_guard_app_kinds(void)
 
 EXPORT uint32_t gitm_guard_app_cupti(void)
 {
-    return (atomic_load(&app_kinds) ? GITM_APP_ENABLED : 0) | (atomic_load(&app_callbacks) ? GITM_APP_CALLBACKS : 0);
+    return (atomic_load(&app_kinds) ? GITM_APP_ENABLED : 0) | (atomic_load(&app_callbacks) ? GITM_APP_CALLBACKS : 0) |
+           (atomic_load(&app_subscribed) ? GITM_APP_SUBSCRIBED : 0);
 }
 
 /* the caller of the interposed function is the application (not the shim) */
@@ -355,8 +370,29 @@ static void note_kind(int kind, int on)
         atomic_fetch_and(&app_kinds, ~((uint64_t)1 << kind));
 }
 
+/* GITM_GUARD_TRACE=1: each CUPTI call the guard sees, on stderr (who called, where it went) */
+static int tracing(void)
+{
+    static atomic_int on = -1;
+    int v = atomic_load(&on);
+    if (v < 0) {
+        v = getenv("GITM_GUARD_TRACE") != NULL;
+        atomic_store(&on, v);
+    }
+    return v;
+}
+
+static void trace(const char *fn, int app, void *real, long arg, int r)
+{
+    if (!tracing())
+        return;
+    Dl_info info;
+    const char *lib = real && dladdr(real, &info) && info.dli_fname ? info.dli_fname : "(none)";
+    fprintf(stderr, "gitm-guard: %s(%ld) by %s -> %s = %d\n", fn, arg, app ? "app" : "shim", lib, r);
+}
+
 static void *_Atomic real_enable, *_Atomic real_disable, *_Atomic real_enable_ctx, *_Atomic real_disable_ctx,
-    *_Atomic real_register, *_Atomic real_finalize;
+    *_Atomic real_register, *_Atomic real_finalize, *_Atomic real_subscribe, *_Atomic real_unsubscribe;
 
 /* before an application enable: its callbacks back in CUPTI if the shim's replaced them */
 static void app_enables(void)
@@ -378,6 +414,7 @@ EXPORT int cuptiActivityEnable(int kind)
         app_enables();
     int (*f)(int) = (int (*)(int))cupti_fn(&real_enable, "cuptiActivityEnable");
     int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
+    trace("cuptiActivityEnable", app, (void *)f, kind, r);
     if (app && r == 0)
         note_kind(kind, 1);
     return r;
@@ -388,6 +425,7 @@ EXPORT int cuptiActivityDisable(int kind)
     int app = from_app(__builtin_return_address(0));
     int (*f)(int) = (int (*)(int))cupti_fn(&real_disable, "cuptiActivityDisable");
     int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
+    trace("cuptiActivityDisable", app, (void *)f, kind, r);
     if (app && r == 0)
         note_kind(kind, 0);
     return r;
@@ -400,6 +438,7 @@ EXPORT int cuptiActivityEnableContext(void *ctx, int kind)
         app_enables();
     int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_enable_ctx, "cuptiActivityEnableContext");
     int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
+    trace("cuptiActivityEnableContext", app, (void *)f, kind, r);
     if (app && r == 0)
         note_kind(kind, 1);
     return r;
@@ -410,6 +449,7 @@ EXPORT int cuptiActivityDisableContext(void *ctx, int kind)
     int app = from_app(__builtin_return_address(0));
     int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_disable_ctx, "cuptiActivityDisableContext");
     int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
+    trace("cuptiActivityDisableContext", app, (void *)f, kind, r);
     if (app && r == 0)
         note_kind(kind, 0);
     return r;
@@ -425,6 +465,7 @@ EXPORT int cuptiActivityRegisterCallbacks(void *requested, void *completed)
         return CUPTI_NOT_INITIALIZED;
     pthread_mutex_lock(&cupti_lock);
     int r = f(requested, completed);
+    trace("cuptiActivityRegisterCallbacks", app, (void *)f, 0, r);
     if (r == 0 && app) {
         atomic_store(&app_requested, requested);
         atomic_store(&app_completed, completed);
@@ -436,9 +477,49 @@ EXPORT int cuptiActivityRegisterCallbacks(void *requested, void *completed)
     return r;
 }
 
+/* The application takes the subscriber slot: if the shim holds it (a detach waiting for the next
+ * driver call, payload samples, a yield), the shim lets go and the call is made again. */
+EXPORT int cuptiSubscribe(void **subscriber, void *callback, void *userdata)
+{
+    int app = from_app(__builtin_return_address(0));
+    int (*f)(void **, void *, void *) = (int (*)(void **, void *, void *))cupti_fn(&real_subscribe, "cuptiSubscribe");
+    if (!f)
+        return CUPTI_NOT_INITIALIZED;
+    int before = app ? atomic_exchange(&app_subscribed, 1) : 0;
+    int r = f(subscriber, callback, userdata);
+    if (app && r == CUPTI_MULTIPLE_SUBSCRIBERS) {
+        int (*give_up)(void) = atomic_load(&give_up_slot);
+        if (give_up && give_up())
+            r = f(subscriber, callback, userdata);
+    }
+    trace("cuptiSubscribe", app, (void *)f, 0, r);
+    if (app && r == 0) {
+        atomic_store(&app_subscriber, subscriber ? *subscriber : NULL);
+    } else if (app) {
+        atomic_store(&app_subscribed, before); /* what it held before, it still holds */
+    }
+    return r;
+}
+
+EXPORT int cuptiUnsubscribe(void *subscriber)
+{
+    int app = from_app(__builtin_return_address(0));
+    int (*f)(void *) = (int (*)(void *))cupti_fn(&real_unsubscribe, "cuptiUnsubscribe");
+    int r = f ? f(subscriber) : CUPTI_NOT_INITIALIZED;
+    trace("cuptiUnsubscribe", app, (void *)f, 0, r);
+    if (app && r == 0 && subscriber && subscriber == atomic_load(&app_subscriber)) {
+        atomic_store(&app_subscriber, NULL);
+        atomic_store(&app_subscribed, 0);
+    }
+    return r;
+}
+
 EXPORT int cuptiFinalize(void)
 {
-    if (from_app(__builtin_return_address(0))) { /* the application let go of CUPTI */
+    int app = from_app(__builtin_return_address(0));
+    if (app) { /* the application let go of CUPTI */
+        atomic_store(&app_subscribed, 0);
+        atomic_store(&app_subscriber, NULL);
         atomic_store(&app_kinds, 0);
         atomic_store(&app_callbacks, 0);
         atomic_store(&app_requested, NULL);
@@ -449,6 +530,7 @@ EXPORT int cuptiFinalize(void)
         return CUPTI_NOT_INITIALIZED;
     pthread_mutex_lock(&cupti_lock);
     int r = f();
+    trace("cuptiFinalize", app, (void *)f, 0, r);
     atomic_store(&app_holds_callbacks, 0); /* nobody's callbacks are registered after it */
     pthread_mutex_unlock(&cupti_lock);
     return r;

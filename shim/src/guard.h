@@ -34,18 +34,25 @@ uint64_t gitm_guard_released(void);
 
 /*
  * The job's own CUPTI use (a profiler: torch.profiler's Kineto, ...). The guard also interposes
- * cuptiActivityEnable/Disable(Context), cuptiActivityRegisterCallbacks and cuptiFinalize, notes what
+ * cuptiActivityEnable/Disable(Context), cuptiActivityRegisterCallbacks, cuptiSubscribe,
+ * cuptiUnsubscribe and cuptiFinalize, notes what
  * the application — any caller outside the shim — did, and forwards every call unchanged. CUPTI's
  * activity buffer callbacks are process-global: a shim window opened while the application traces
  * would take its records, and the shim's detach (cuptiFinalize) would end its trace.
  */
 #define GITM_APP_ENABLED 1   /* the application has activity kinds enabled now */
 #define GITM_APP_CALLBACKS 2 /* it registered activity buffer callbacks since its last cuptiFinalize */
+#define GITM_APP_SUBSCRIBED 4 /* it holds (or is taking) CUPTI's one subscriber slot: the shim must not take it */
 
 /* The shim names itself (any address inside it): calls from it are not the application's.
  * `on_app` runs in the application's thread when it enables a kind or registers callbacks, before
  * the call is forwarded: it must not call CUPTI. */
 void gitm_guard_cupti_owner(const void *inside_owner, void (*on_app)(void));
+/* `give_up` runs in the application's thread when its cuptiSubscribe finds the one subscriber slot
+ * taken: the shim lets go of the slot if it holds it (returns 1; the guard then retries the call)
+ * and takes it no more while GITM_APP_SUBSCRIBED is set. Kineto's whole CUDA trace depends on that
+ * call succeeding. */
+void gitm_guard_cupti_slot(int (*give_up)(void));
 /* GITM_APP_* */
 uint32_t gitm_guard_app_cupti(void);
 /* the activity kinds (below 64, as bits) the application has enabled */

@@ -349,6 +349,12 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
+/* The job (its profiler) holds CUPTI's one subscriber slot, or is taking it: the shim must not. */
+static int app_holds_slot(void)
+{
+    return g.app_cupti && (g.app_cupti() & GITM_APP_SUBSCRIBED);
+}
+
 /* ---- detaching CUPTI between windows ----------------------------------------------------------- */
 
 static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *info)
@@ -375,7 +381,7 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
 /* Called with cupti_lock held. */
 static void request_detach(void)
 {
-    if (!g.detach || g.yield_share)
+    if (!g.detach || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
@@ -769,7 +775,7 @@ static uint32_t start_payloads(uint32_t mask)
     if (!(mask & (GITM_KIND_PAYLOAD | GITM_KIND_STREAMS | GITM_KIND_HOSTSRC)))
         return 0;
     if (!g.payload_subscribed) { /* a yield may hold it already */
-        if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
+        if (app_holds_slot() || cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS)
             return 0;
         g.payload_subscribed = 1;
     }
@@ -892,6 +898,32 @@ static void abandon_window(void)
                          "the job's own profiler started tracing (CUPTI): window given up, its trace kept");
 }
 
+/* In the job's thread: its cuptiSubscribe found the slot taken (the guard retries it if we let go).
+ * Kineto fails its whole CUDA trace without the slot, so the shim gives up what it holds the slot
+ * for: a detach waiting for the next driver call, payload samples, stream learning, a yield. */
+static int give_up_slot(void)
+{
+    pthread_mutex_lock(&g.cupti_lock);
+    int had = __atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE) || g.detach_subscribed || g.payload_subscribed;
+    cancel_detach();
+    if (g.payload_subscribed) {
+        __atomic_store_n(&g.learning, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g.payload_on, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g.hostsrc_on, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g.yield_share, 0, __ATOMIC_RELEASE);
+        cuptiUnsubscribe(g.payload_sub);
+        g.payload_subscribed = 0;
+        pthread_mutex_lock(&g.payload_lock);
+        pending_count = 0;
+        pthread_mutex_unlock(&g.payload_lock);
+    }
+    if (had && !g.window_id)
+        gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
+                             "the job's own profiler took CUPTI's subscriber: no payload samples, stream learning or yield while it holds it");
+    pthread_mutex_unlock(&g.cupti_lock);
+    return had;
+}
+
 static void app_cupti_used(void)
 {
     __atomic_store_n(&g.app_acted, 1, __ATOMIC_RELEASE); /* in the job's thread: no CUPTI call here */
@@ -906,7 +938,9 @@ static void open_window(uint32_t id, uint32_t mask)
         return;
     }
     __atomic_store_n(&g.app_acted, 0, __ATOMIC_RELEASE);
-    int other = g.payload_subscribed ? 0 : other_subscriber_present(); /* a yield of ours holds the slot */
+    /* a yield of ours may hold the slot; the job's profiler holding it without tracing is no reason
+     * to stay out (the guard tells us when it starts tracing) */
+    int other = g.payload_subscribed || app_holds_slot() ? 0 : other_subscriber_present();
     if (other != 0) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, other > 0 ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : -other,
                              other > 0 ? "another CUPTI subscriber (a profiler) is active: not capturing"
@@ -1188,7 +1222,7 @@ static int32_t knob_yield(const uint64_t *args, uint64_t *out)
     } else {
         cancel_detach();
         if (!g.payload_subscribed) {
-            if (cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS) {
+            if (app_holds_slot() || cuptiSubscribe(&g.payload_sub, payload_callback, NULL) != CUPTI_SUCCESS) {
                 rc = -EBUSY;
                 goto out;
             }
@@ -1367,6 +1401,9 @@ static void initialize(void)
         owner(&g, app_cupti_used);
         g.app_cupti = (uint32_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_cupti");
         g.app_kinds = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_kinds");
+        void (*slot)(int (*)(void)) = (void (*)(int (*)(void)))dlsym(RTLD_DEFAULT, "gitm_guard_cupti_slot");
+        if (slot)
+            slot(give_up_slot);
     }
     CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) {

@@ -61,12 +61,15 @@ def gpu_daemon(daemon_factory: Any) -> Daemon:
     return daemon_factory(config_text=CONFIG.format(port=free_port()))  # type: ignore[no-any-return]
 
 
-def start_job(d: Daemon, name: str, argv: list[str]) -> subprocess.Popen[str]:
+def start_job(
+    d: Daemon, name: str, argv: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", name, "--", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -246,7 +249,7 @@ def test_a_job_that_profiles_itself_keeps_its_profile(gpu_daemon: Daemon, short_
     assert plain.wait(60) == 0 and alone >= 200
     trig.unlink()
     end.unlink()
-    job = start_job(gpu_daemon, "profiled", argv)
+    job = start_job(gpu_daemon, "profiled", argv, {"GITM_GUARD_TRACE": "1"})  # the guard's view, on stderr
     assert job.stdout is not None and job.stdout.readline().strip() == "ready"
     wait_processes(gpu_daemon, "profiled", 1)
     trig.touch()
@@ -254,11 +257,12 @@ def test_a_job_that_profiles_itself_keeps_its_profile(gpu_daemon: Daemon, short_
     t, res = traced(gpu_daemon, "profiled", 0.5, short_tmp / "profiled.npz")
     t.join(60)
     seen = int(job.stdout.readline().split()[1])
+    status = ctl_json(gpu_daemon.socket, "job", "profiled")["processes"][0]  # while the process lives
     end.touch()
-    assert job.wait(60) == 0
-    assert seen == alone, f"the job's own profile lost kernels: {seen} of {alone}"
-    status = ctl_json(gpu_daemon.socket, "job", "profiled")["processes"][0]
-    assert status["status"] in ("stepped_aside", "idle"), status
+    _, err = job.communicate(timeout=60)
     out = out_dir()
     if out is not None:
-        (out / "profiled-status.txt").write_text(f"{status}\n{res}\n")
+        (out / "profiled-status.txt").write_text(f"{status}\n{res}\n{err}\n")
+    assert job.returncode == 0
+    assert seen == alone, f"the job's own profile lost kernels: {seen} of {alone}; {status}; {err[-3000:]}"
+    assert status["status"] in ("stepped_aside", "idle"), status

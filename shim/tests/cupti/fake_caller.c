@@ -7,6 +7,8 @@ int cuptiActivityEnable(int kind);
 int cuptiActivityDisable(int kind);
 int cuptiActivityEnableContext(void *ctx, int kind);
 int cuptiFinalize(void);
+int cuptiSubscribe(void **subscriber, void *callback, void *userdata);
+int cuptiUnsubscribe(void *subscriber);
 
 #ifdef OWNER
 #define P(name) owner_##name
@@ -22,3 +24,5 @@ int P(enable)(int kind) { return cuptiActivityEnable(kind); }
 int P(enable_ctx)(int kind) { return cuptiActivityEnableContext((void *)0x1, kind); }
 int P(disable)(int kind) { return cuptiActivityDisable(kind); }
 int P(finalize)(void) { return cuptiFinalize(); }
+int P(subscribe)(void **sub) { return cuptiSubscribe(sub, (void *)0x2, (void *)0); }
+int P(unsubscribe)(void *sub) { return cuptiUnsubscribe(sub); }

@@ -5,6 +5,8 @@
 void *fake_requested, *fake_completed;
 uint64_t fake_enabled;
 int fake_finalized;
+void *fake_subscriber; /* CUPTI has one subscriber slot */
+static char subscriber_handle;
 
 int cuptiActivityRegisterCallbacks(void *requested, void *completed)
 {
@@ -39,8 +41,27 @@ int cuptiActivityDisableContext(void *ctx, int kind)
     return cuptiActivityDisable(kind);
 }
 
+int cuptiSubscribe(void **subscriber, void *callback, void *userdata)
+{
+    (void)callback;
+    (void)userdata;
+    if (fake_subscriber)
+        return 39; /* CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED */
+    *subscriber = fake_subscriber = &subscriber_handle;
+    return 0;
+}
+
+int cuptiUnsubscribe(void *subscriber)
+{
+    if (!subscriber || subscriber != fake_subscriber)
+        return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    fake_subscriber = 0;
+    return 0;
+}
+
 int cuptiFinalize(void)
 {
+    fake_subscriber = 0;
     fake_requested = fake_completed = 0;
     fake_enabled = 0;
     fake_finalized++;

@@ -4,7 +4,8 @@
  * RTLD_LOCAL as torch's extension and the shim are, so libcupti is not in the global scope.
  * Checks: the guard forwards every call and its result; it tells the application's CUPTI use from
  * the shim's; the shim's window or cuptiFinalize never leaves the application without its buffer
- * callbacks when it enables a kind again; its cuptiFinalize clears what it knew.
+ * callbacks when it enables a kind again; its cuptiFinalize clears what it knew; the application's
+ * cuptiSubscribe gets the one subscriber slot even when the shim holds it (the shim gives it up).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -18,6 +19,21 @@
 static int app_acts;
 
 static void on_app(void) { app_acts++; }
+
+/* the shim's side of the subscriber slot */
+static int (*o_unsubscribe)(void *);
+static void *own_sub;
+static int give_ups, shim_holds = 1;
+
+static int give_up(void)
+{
+    give_ups++;
+    if (!own_sub || !shim_holds)
+        return 0;
+    o_unsubscribe(own_sub);
+    own_sub = NULL;
+    return 1;
+}
 
 static void *sym(void *lib, const char *name)
 {
@@ -65,10 +81,35 @@ int main(int argc, char **argv)
     int (*o_register)(void *, void *) = (int (*)(void *, void *))sym(own, "owner_register");
     int (*o_enable)(int) = (int (*)(int))sym(own, "owner_enable");
     int (*o_finalize)(void) = (int (*)(void))sym(own, "owner_finalize");
+    int (*a_subscribe)(void **) = (int (*)(void **))sym(app, "app_subscribe");
+    int (*a_unsubscribe)(void *) = (int (*)(void *))sym(app, "app_unsubscribe");
+    int (*o_subscribe)(void **) = (int (*)(void **))sym(own, "owner_subscribe");
+    o_unsubscribe = (int (*)(void *))sym(own, "owner_unsubscribe");
+    void (*slot)(int (*)(void)) = (void (*)(int (*)(void)))sym(RTLD_DEFAULT, "gitm_guard_cupti_slot");
+    void **subscriber = sym(cupti, "fake_subscriber");
     if (failures)
         return 2;
 
     owner(o_self(), on_app);
+    slot(give_up);
+
+    /* the subscriber slot: the shim holds it (a detach pending, payload samples); the profiler asks */
+    void *app_sub = NULL;
+    CHECK(o_subscribe(&own_sub) == 0 && *subscriber == own_sub && state() == 0, "the shim subscribes, unseen");
+    CHECK(a_subscribe(&app_sub) == 0 && give_ups == 1 && own_sub == NULL && app_sub && *subscriber == app_sub,
+          "the profiler gets the slot: the shim gave it up and the call was made again");
+    CHECK(state() == GITM_APP_SUBSCRIBED && app_acts == 0, "the profiler's subscription seen");
+    CHECK(a_unsubscribe(app_sub) == 0 && state() == 0 && *subscriber == NULL, "its unsubscribe seen");
+    CHECK(a_subscribe(&app_sub) == 0 && give_ups == 1 && state() == GITM_APP_SUBSCRIBED, "a free slot: no give-up");
+    void *second = NULL;
+    shim_holds = 0;
+    CHECK(a_subscribe(&second) == 39 && give_ups == 2 && second == NULL, "a slot the shim does not hold: CUPTI's answer");
+    CHECK(state() == GITM_APP_SUBSCRIBED, "a failed subscribe leaves what the profiler holds");
+    CHECK(a_unsubscribe(app_sub) == 0 && *subscriber == NULL && state() == 0, "slot free again");
+    CHECK(o_subscribe(&own_sub) == 0 && a_subscribe(&second) == 39 && state() == 0,
+          "a slot the shim will not give up: the failed subscribe is not counted");
+    CHECK(o_unsubscribe(own_sub) == 0, "the shim lets go");
+    own_sub = NULL;
     CHECK(o_register(&own_req, &own_cmp) == 0 && *requested == &own_req, "the shim's registration is forwarded");
     CHECK(state() == 0 && app_acts == 0, "the shim's own calls are not the application's");
     CHECK(o_enable(5) == 0 && (*enabled >> 5 & 1) && kinds() == 0, "the shim's enable is forwarded, not counted");
@@ -93,7 +134,9 @@ int main(int argc, char **argv)
     CHECK(a_enable(10) == 0 && *requested == &app_req, "callbacks restored after the shim's finalize");
 
     /* the profiler lets go of CUPTI */
-    CHECK(a_finalize() == 0 && state() == 0 && kinds() == 0, "the profiler's finalize clears its state");
+    CHECK(a_subscribe(&app_sub) == 0 && (state() & GITM_APP_SUBSCRIBED), "subscribed again");
+    CHECK(a_finalize() == 0 && state() == 0 && kinds() == 0 && *subscriber == NULL,
+          "the profiler's finalize clears its state, its subscription too");
     CHECK(o_register(&own_req, &own_cmp) == 0 && o_enable(3) == 0 && *requested == &own_req,
           "the shim is alone again");
 
