@@ -299,6 +299,11 @@ EXPORT void gitm_guard_cupti_slot(int (*give_up)(void))
     atomic_store(&give_up_slot, give_up);
 }
 
+EXPORT void *gitm_guard_app_completed(void)
+{
+    return atomic_load(&app_completed);
+}
+
 EXPORT uint64_t gitm_guard_app_kinds(void)
 {
     return atomic_load(&app_kinds);

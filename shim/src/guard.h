@@ -53,6 +53,9 @@ void gitm_guard_cupti_owner(const void *inside_owner, void (*on_app)(void));
  * and takes it no more while GITM_APP_SUBSCRIBED is set. Kineto's whole CUDA trace depends on that
  * call succeeding. */
 void gitm_guard_cupti_slot(int (*give_up)(void));
+/* the application's activity-buffer completion callback (NULL if none): a buffer of the
+ * application's that comes back to the shim's callback is handed to it */
+void *gitm_guard_app_completed(void);
 /* GITM_APP_* */
 uint32_t gitm_guard_app_cupti(void);
 /* the activity kinds (below 64, as bits) the application has enabled */

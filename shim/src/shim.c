@@ -76,6 +76,7 @@ static struct {
     volatile int exiting;         /* at_exit ran: no more CUDA calls from the guard's releases */
     uint32_t (*app_cupti)(void);  /* the free guard's view of the job's own CUPTI use (NULL: no guard) */
     uint64_t (*app_kinds)(void);
+    void *(*app_completed)(void); /* the job's activity-buffer completion callback, if it registered one */
     int app_acted;                /* the job enabled a kind or registered callbacks: give up the window */
     uint32_t yield_share;         /* GITM_KNOB_YIELD: permille of each period launches are held (0: off) */
     uint64_t yield_period_ns;
@@ -322,6 +323,34 @@ static void convert(const CUpti_Activity *a)
 
 /* ---- CUPTI buffer callbacks (CUPTI's threads; never call CUDA here) ---------------------------- */
 
+/* The buffers the shim handed CUPTI and has not had back. CUPTI's buffer callbacks are process-wide:
+ * when the job's own profiler registers its callbacks while a buffer of ours is out (or ours were
+ * registered while one of its buffers was out), a buffer can come back to the other side. Ours are
+ * recognised here; one that is not ours is never parsed nor freed (it may be a C++ vector's
+ * storage): it goes to the job's completion callback when the guard knows it, else it is left. */
+#define OWN_BUFFERS 256
+static uint8_t *_Atomic own_buffers[OWN_BUFFERS];
+
+static int own_buffer_add(uint8_t *b)
+{
+    for (size_t i = 0; i < OWN_BUFFERS; i++) {
+        uint8_t *expected = NULL;
+        if (__atomic_compare_exchange_n(&own_buffers[i], &expected, b, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
+static int own_buffer_take(uint8_t *b)
+{
+    for (size_t i = 0; i < OWN_BUFFERS && b; i++) {
+        uint8_t *expected = b;
+        if (__atomic_compare_exchange_n(&own_buffers[i], &expected, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
     *max_records = 0;
@@ -329,17 +358,26 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *buffer = NULL;
     void *p = NULL;
     if (posix_memalign(&p, 8, g.buffer_bytes) == 0) {
-        *buffer = p;
-        *size = g.buffer_bytes;
+        if (own_buffer_add(p)) {
+            *buffer = p;
+            *size = g.buffer_bytes;
+        } else {
+            free(p); /* 256 buffers out: CUPTI is not giving them back; drop rather than grow */
+        }
     }
     /* No buffer: CUPTI counts the records it must drop; we read that count at each flush. */
 }
 
+typedef void (*completed_fn)(CUcontext, uint32_t, uint8_t *, size_t, size_t);
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
 {
-    (void)ctx;
-    (void)stream;
-    (void)size;
+    if (!own_buffer_take(buffer)) {
+        completed_fn theirs = g.app_completed ? (completed_fn)g.app_completed() : NULL;
+        if (theirs && theirs != buffer_completed)
+            theirs(ctx, stream, buffer, size, valid);
+        return;
+    }
     if (!g.inert && getpid() == g.pid) {
         CUpti_Activity *record = NULL;
         while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
@@ -1401,6 +1439,7 @@ static void initialize(void)
         owner(&g, app_cupti_used);
         g.app_cupti = (uint32_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_cupti");
         g.app_kinds = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_kinds");
+        g.app_completed = (void *(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_completed");
         void (*slot)(int (*)(void)) = (void (*)(int (*)(void)))dlsym(RTLD_DEFAULT, "gitm_guard_cupti_slot");
         if (slot)
             slot(give_up_slot);

@@ -8,6 +8,7 @@ unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -236,9 +237,11 @@ def test_payload_samples_hold_the_values_item_read(gpu_daemon: Daemon, short_tmp
 
 def test_a_job_that_profiles_itself_keeps_its_profile(gpu_daemon: Daemon, short_tmp: Path) -> None:
     """Kineto (torch.profiler) is a CUPTI client: the shim must step aside, not take its records.
-    Kineto registers activity callbacks without a subscriber, so the shim's subscriber probe misses
-    it (seen 2026-12-02: 0 of 200 kernels left in the job's profile); the free guard preloaded into
-    the job sees its CUPTI calls, and the shim steps aside while the job traces."""
+    The free guard preloaded into the job sees its CUPTI calls. Seen on the H200 2026-12-02 (0 of
+    200 kernels in the job's profile): Kineto's first profile subscribes to CUPTI and gives up its
+    whole CUDA trace when the one subscriber slot is taken — the shim held it for a detach pending
+    after gitmd's first window; the shim now gives the slot up. After the profile gitmd captures
+    the job again (Kineto keeps its subscriber)."""
     trig, end = short_tmp / "go", short_tmp / "end"
     argv = [sys.executable, str(PROGRAMS / "torch_profiled.py"), str(trig), str(end)]
     plain = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -258,11 +261,16 @@ def test_a_job_that_profiles_itself_keeps_its_profile(gpu_daemon: Daemon, short_
     t.join(60)
     seen = int(job.stdout.readline().split()[1])
     status = ctl_json(gpu_daemon.socket, "job", "profiled")["processes"][0]  # while the process lives
+    # the profile over (Kineto keeps its CUPTI subscriber), gitmd captures the job again
+    t2, after = traced(gpu_daemon, "profiled", 0.5, short_tmp / "after.npz")
+    t2.join(60)
     end.touch()
     _, err = job.communicate(timeout=60)
     out = out_dir()
     if out is not None:
-        (out / "profiled-status.txt").write_text(f"{status}\n{res}\n{err}\n")
+        (out / "profiled-status.txt").write_text(f"{status}\n{res}\n{after}\n{err}\n")
     assert job.returncode == 0
     assert seen == alone, f"the job's own profile lost kernels: {seen} of {alone}; {status}; {err[-3000:]}"
     assert status["status"] in ("stepped_aside", "idle"), status
+    assert after["rc"] == 0, after
+    assert int(json.loads(after["stdout"])["kernels"]) > 0, after

@@ -74,6 +74,7 @@ def test_free_guard_is_inert_in_ordinary_programs(shim_tools: Path) -> None:
             "gitm_guard_app_cupti",
             "gitm_guard_app_kinds",
             "gitm_guard_cupti_slot",
+            "gitm_guard_app_completed",
             "cuptiSubscribe",
             "cuptiUnsubscribe",
             "cuptiActivityEnable",

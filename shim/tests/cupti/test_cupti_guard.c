@@ -116,6 +116,8 @@ int main(int argc, char **argv)
 
     CHECK(a_register(&app_req, &app_cmp) == 0 && *requested == &app_req, "the profiler registers its callbacks");
     CHECK(state() == GITM_APP_CALLBACKS && app_acts == 1, "registration seen");
+    void *(*completed)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "gitm_guard_app_completed");
+    CHECK(completed && completed() == &app_cmp, "the profiler's completion callback is known (its buffers go back to it)");
     CHECK(a_enable(10) == 0 && (*enabled >> 10 & 1), "the profiler's enable is forwarded");
     CHECK(state() == (GITM_APP_CALLBACKS | GITM_APP_ENABLED) && kinds() == (uint64_t)1 << 10 && app_acts == 2,
           "tracing seen");
