@@ -118,7 +118,11 @@ def search(w: Workload, repeats: int) -> dict[str, Any]:
                 for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
                     res = run_once(w, s if arm == "B" else None)
                     (b_runs if arm == "B" else a_runs).append(res)
-                    print(f"  {w.name} {s.lever} {arm}{r}: {res['step_ms']} ms", file=sys.stderr, flush=True)
+                    print(
+                        f"  {w.name} {s.lever} {arm}{r}: {res['step_ms']} ms ({res['wall_s']:.1f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 equal = equal and same(w, a_runs[-1], b_runs[-1])
             a = [x["step_ms"] for x in a_runs if x["step_ms"]]
             b = [x["step_ms"] for x in b_runs if x["step_ms"]]

@@ -72,7 +72,7 @@ def _alloc() -> tuple[Setting, ...]:
 def suite() -> list[Workload]:
     loss, checksum = r"loss=(\S+)", r"checksum=(\S+)"
     return [
-        Workload("fp32_mlp", "mlp_train.py", ("--batch", "4096", "--hidden", "4096", "--steps", "1500"),
+        Workload("fp32_mlp", "mlp_train.py", ("--batch", "4096", "--hidden", "4096", "--steps", "600"),
                  "fp32 GEMMs off the tensor cores", "launch", loss, 1e-2,
                  (env_setting("tf32_override"), env_setting("cuda_device_max_connections"))),
         Workload("transformer", "transformer_train.py", ("--batch", "64", "--seq", "512", "--layers", "4",

@@ -41,6 +41,13 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
         with_co = bench_run.live(g, w_co)
         background = [j for j in bench_run.jobs(g) if j.background]
         assert len(background) == 1 and with_co["job_id"] != background[0].id  # gitmd ran it as background
+        # measured as the oracle measures: plain against through gitmd (no policy here: no change)
+        dv = bench_run.delivered(g, w_co, repeats=2, seconds=0.5)
+        assert [len(dv["delivered_runs"][arm]) for arm in "AB"] == [2, 2]
+        assert dv["delivered_equivalent"] and not dv["delivered_got_policy"]
+        assert 0.5 < dv["delivered_speedup"] < 2.0
+        row = bench_run.score(w, {**live, "promoted": ["cpu_threads"], **dv}, None)
+        assert row["regressions"] == int(dv["delivered_speedup"] < 1.0) and row["violations"] == 0
         over = bench_run.overhead(w, "sim", short_tmp, repeats=2)
         assert over is not None and over > -0.5
         row = bench_run.score(w, {**got, "overhead": over}, None)
