@@ -80,6 +80,7 @@ LIVE_LEVERS = (
     "mempool_release",
     "pin_host_buffer",
     "cotenant_yield",
+    "sync_spin",
 )
 
 

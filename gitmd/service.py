@@ -51,6 +51,7 @@ from gitmd.levers.host import gpu_local_cpus, quiet_cpus
 from gitmd.levers.launch_env import EnvLever, with_site
 from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
+from gitmd.levers.shim_knobs import SyncSpin
 from gitmd.store.audit import Audit
 from gitmd.store.audit import row as audit_row
 from gitmd.store.library import LIVE_POLICY_LEVERS, Library, Policy, Workload
@@ -801,7 +802,7 @@ class Service:
                 return None
             jobs = [b.id for b in bg]
             return make_lever("cotenant_yield", pids=yielding, jobs=jobs, share=750, period_ms=100)
-        if name in ("stream_priority", "mempool_release"):
+        if name in ("stream_priority", "mempool_release", "sync_spin"):
             window = self._newest.get(job.id)
             if window is None or self.capture is None:
                 return None
@@ -818,8 +819,22 @@ class Service:
                 return make_lever("stream_priority", pid=main.pid, stream=stream, priority=-5)
             devices = main.records.kernels["device"]
             device = int(np.bincount(devices).argmax()) if len(devices) else 0
+            if name == "sync_spin":
+                return self._sync_spin(job, main.pid, device)
             return make_lever("mempool_release", pid=main.pid, device=device)
         return None
+
+    def _sync_spin(self, job: Job, pid: int, device: int) -> Lever | None:
+        """Only a context that sleeps in its synchronizations (yield or blocking sync) can gain:
+        auto already spins while the host has more cores than contexts."""
+        lever = make_lever("sync_spin", pid=pid, device=device, sched=SyncSpin.SPIN)
+        assert isinstance(lever, SyncSpin)
+        try:
+            now = lever.current(self._target(job.id))
+        except LeverError as e:
+            log.info("job %s: sync_spin not tried: %s", job.id, e)
+            return None
+        return lever if now in (2, 4) else None
 
     def _target(self, job_id: str) -> Target:
         job = self.jobs.get(job_id)

@@ -45,7 +45,8 @@ TF32_SPEEDUP = 5.5  # fp32 MLP training with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 
 LEVERS: dict[str, tuple[str, ...]] = {
     "host_contention": ("cpu_affinity", "sched_priority"),
     "launch_bound": ("cpu_affinity", "sched_priority", "cuda_device_max_connections", "dataloader_workers"),
-    "sync_stall": ("cpu_affinity", "sched_priority"),
+    # a wait that sleeps until the driver's interrupt (blocking sync) wakes late: spin instead
+    "sync_stall": ("sync_spin", "cpu_affinity", "sched_priority"),
     "pageable_copy": ("pin_host_buffer", "dataloader_pin_memory"),
     "allocator": (
         "alloc_expandable_segments",

@@ -22,7 +22,7 @@ from gitmd.levers.launch_env import (
     DataloaderWorkers,
     Tf32Override,
 )
-from gitmd.levers.shim_knobs import CotenantYield, MempoolRelease, PinHostBuffer, StreamPriority
+from gitmd.levers.shim_knobs import CotenantYield, MempoolRelease, PinHostBuffer, StreamPriority, SyncSpin
 
 CATALOG: dict[str, type[Lever]] = {
     cls.name: cls
@@ -42,6 +42,7 @@ CATALOG: dict[str, type[Lever]] = {
         MempoolRelease,
         PinHostBuffer,
         CotenantYield,
+        SyncSpin,
         PowerLimit,
         SmClockLock,
     )

@@ -141,6 +141,53 @@ class MempoolRelease(KnobLever):
         self.send(target, (self._device(), int(saved["bytes"]), 0))
 
 
+SCHED_NAMES = {0: "auto", 1: "spin", 2: "yield", 4: "blocking sync"}
+
+
+class SyncSpin(KnobLever):
+    """Have the process's CUDA context spin in its synchronizations instead of sleeping until the
+    driver's interrupt wakes it: a job that synchronizes every step under blocking sync (set by its
+    framework or by cudaSetDeviceFlags) pays the wake-up each time while the GPU sits idle. The
+    waiting thread busy-waits on its core instead; results do not change."""
+
+    name = "sync_spin"
+    causes = frozenset({"sync_stall"})
+    op_name = "GITM_KNOB_CTX_SCHED"
+    why: ClassVar[dict[int, str]] = {
+        -errno.ESRCH: "the process has no active CUDA context on that device",
+        -errno.ENOTSUP: "this driver cannot change a live context's flags (cuCtxSetFlags, CUDA 12.1)",
+    }
+    SPIN = 1
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"context:{self.setting.get('pid')}:{self.setting.get('device', 0)}"})
+
+    def _device(self) -> int:
+        return int(self.setting.get("device", 0))
+
+    def _want(self) -> int:
+        return int(self.setting.get("sched", self.SPIN))
+
+    def current(self, target: Target) -> int:
+        """The context's scheduling flag now (CU_CTX_SCHED_*: 0 auto, 1 spin, 2 yield, 4 blocking)."""
+        return self.send(target, (self._device(), 0, 1))[0]
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"sched": self.current(target)}
+
+    def apply(self, target: Target) -> None:
+        self.send(target, (self._device(), self._want(), 0))
+
+    def verify(self, target: Target) -> None:
+        now = self.current(target)
+        if now != self._want():
+            got, want = SCHED_NAMES.get(now, str(now)), SCHED_NAMES.get(self._want(), str(self._want()))
+            raise LeverError(f"sync_spin: the context waits by {got}, not {want}")
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        self.send(target, (self._device(), int(saved["sched"]), 0))
+
+
 class PinHostBuffer(KnobLever):
     """Page-lock the host buffers a process copies to the device from pageable memory every step
     (``cuMemHostRegister``), so those copies run at pinned bandwidth instead of through the

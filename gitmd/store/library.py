@@ -453,6 +453,7 @@ LIVE_POLICY_LEVERS: dict[str, tuple[str, ...]] = {
     "mempool_release": ("bytes",),
     "pin_host_buffer": (),  # the buffers are found anew in each run
     "cotenant_yield": ("share", "period_ms"),  # the background co-tenants too
+    "sync_spin": ("sched",),
 }
 
 

@@ -106,6 +106,12 @@ extern "C" {
  * read. out[0] the share before, out[1] after, out[2] ms left. -EBUSY: another CUPTI subscriber
  * holds the slot. For jobs registered as background, to let a foreground job on the same GPU run. */
 #define GITM_KNOB_YIELD 5
+/* How the process's CUDA context waits in synchronizations: args[0] device ordinal (its primary
+ * context, as torch and the runtime use), args[1] a CU_CTX_SCHED_* value (0 auto, 1 spin, 2 yield,
+ * 4 blocking sync), args[2] 1: only read. out[0] the scheduling flag before, out[1] after, out[2]
+ * the CUresult on error. -ESRCH: the process has no active primary context on that device;
+ * -ENOTSUP: the driver has no cuCtxSetFlags (CUDA 12.1); -EINVAL: not a scheduling value. */
+#define GITM_KNOB_CTX_SCHED 6
 
 struct gitm_clock_pair {
     uint64_t cupti_ns;    /* cuptiGetTimestamp() */

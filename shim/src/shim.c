@@ -1106,6 +1106,57 @@ static int32_t knob_mempool_release(const uint64_t *args, uint64_t *out)
     return r == CUDA_SUCCESS ? 0 : (r == CUDA_ERROR_INVALID_DEVICE ? -ENODEV : -EIO);
 }
 
+/* The scheduling flag of the device's primary context (how its synchronizations wait): read, or
+ * set through cuCtxSetFlags with the context pushed on this thread. A device whose primary context
+ * is not active is left alone (retaining it would create a context the job never asked for). */
+static int32_t knob_ctx_sched(const uint64_t *args, uint64_t *out)
+{
+    CUresult (*state)(CUdevice, unsigned int *, int *) =
+        (CUresult(*)(CUdevice, unsigned int *, int *))cuda_fn("cuDevicePrimaryCtxGetState");
+    CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(CUcontext *, CUdevice))cuda_fn("cuDevicePrimaryCtxRetain");
+    CUresult (*release)(CUdevice) = (CUresult(*)(CUdevice))cuda_fn("cuDevicePrimaryCtxRelease_v2");
+    CUresult (*get_flags)(unsigned int *) = (CUresult(*)(unsigned int *))cuda_fn("cuCtxGetFlags");
+    CUresult (*set_flags)(unsigned int) = (CUresult(*)(unsigned int))cuda_fn("cuCtxSetFlags");
+    ctx_push_fn push = (ctx_push_fn)cuda_fn("cuCtxPushCurrent_v2");
+    ctx_pop_fn pop = (ctx_pop_fn)cuda_fn("cuCtxPopCurrent_v2");
+    uint64_t want = args[1];
+    int query = args[2] == 1;
+    if (!query && want != CU_CTX_SCHED_AUTO && want != CU_CTX_SCHED_SPIN && want != CU_CTX_SCHED_YIELD &&
+        want != CU_CTX_SCHED_BLOCKING_SYNC)
+        return -EINVAL;
+    if (!state || !retain || !release || !get_flags || !push || !pop)
+        return -ELIBACC;
+    if (!query && !set_flags)
+        return -ENOTSUP;
+    unsigned int primary_flags = 0, before = 0, after = 0;
+    int active = 0;
+    CUresult r = state((CUdevice)args[0], &primary_flags, &active);
+    if (r != CUDA_SUCCESS) {
+        out[2] = (uint64_t)r;
+        return r == CUDA_ERROR_INVALID_DEVICE ? -ENODEV : -EIO;
+    }
+    if (!active)
+        return -ESRCH;
+    CUcontext ctx = NULL, popped = NULL;
+    r = retain(&ctx, (CUdevice)args[0]);
+    if (r == CUDA_SUCCESS) {
+        r = push(ctx);
+        if (r == CUDA_SUCCESS) {
+            r = get_flags(&before);
+            if (r == CUDA_SUCCESS && !query)
+                r = set_flags((before & ~(unsigned int)CU_CTX_SCHED_MASK) | (unsigned int)want);
+            if (r == CUDA_SUCCESS)
+                r = get_flags(&after);
+            pop(&popped);
+        }
+        release((CUdevice)args[0]);
+    }
+    out[0] = before & CU_CTX_SCHED_MASK;
+    out[1] = after & CU_CTX_SCHED_MASK;
+    out[2] = (uint64_t)r;
+    return r == CUDA_SUCCESS ? 0 : -EIO;
+}
+
 /* Called by libgitm_guard.so (any thread, its lock held) before the program releases a registered
  * range, and by the unregister knob. Not in a forked child (CUDA is unusable there) nor after exit
  * began (the driver may be tearing down; the kernel unpins at exit). */
@@ -1295,13 +1346,15 @@ static void handle_knob(struct gitm_control *c)
     case GITM_KNOB_STREAM_PRIORITY:
     case GITM_KNOB_MEMPOOL_RELEASE:
     case GITM_KNOB_HOST_REGISTER:
-    case GITM_KNOB_YIELD: {
+    case GITM_KNOB_YIELD:
+    case GITM_KNOB_CTX_SCHED: {
         uint64_t args[4], out[4] = {0};
         memcpy(args, (const void *)c->knob_args, sizeof args);
         c->knob_result = c->knob_op == GITM_KNOB_STREAM_PRIORITY ? knob_stream_priority(args, out)
                          : c->knob_op == GITM_KNOB_MEMPOOL_RELEASE ? knob_mempool_release(args, out)
                          : c->knob_op == GITM_KNOB_HOST_REGISTER   ? knob_host_register(args, out)
-                                                                   : knob_yield(args, out);
+                         : c->knob_op == GITM_KNOB_YIELD           ? knob_yield(args, out)
+                                                                   : knob_ctx_sched(args, out);
         memcpy((void *)c->knob_out, out, sizeof out);
         break;
     }

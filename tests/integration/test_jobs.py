@@ -21,6 +21,8 @@ import pytest
 
 from gitmd.capture import capture_file
 from gitmd.capture.ring import Ring
+from gitmd.levers.base import LeverError, Target
+from gitmd.levers.registry import make as make_lever
 from tests.integration.conftest import ROOT, Daemon, command, ctl, ctl_json
 
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
@@ -162,6 +164,14 @@ def test_knob_channel_round_trip(daemon: Daemon, short_tmp: Path) -> None:
     rc, out = ring.knob(op, (500, 100, 20, 0))
     assert (rc, out[1]) == (-16, 0)  # -EBUSY: not yielding
     assert ring.knob(op, (0, 0, 0, 0)) == (0, [0, 0, 0, 0])  # off: always fine
+    # the context's sync scheduling: a value that is not a CU_CTX_SCHED_* is refused first
+    op = ring.abi.const("GITM_KNOB_CTX_SCHED")
+    assert ring.knob(op, (0, 3, 0))[0] == -22 and ring.knob(op, (0, 8, 0))[0] == -22  # -EINVAL
+    assert ring.knob(op, (0, 0, 1))[0] == -79 and ring.knob(op, (0, 1, 0))[0] == -79  # -ELIBACC: no libcuda
+    lever = make_lever("sync_spin", pid=ring.pid, device=0)
+    target = Target(job_id=job_id, pids=(ring.pid,), rings={ring.pid: str(ring.path)}, owner_uid=os.getuid())
+    with pytest.raises(LeverError, match=r"sync_spin on pid .*libcuda"):
+        lever.capture(target)  # the lever says why, in words
     ring.close()
     stop.touch()
     assert proc.wait(30) == 0

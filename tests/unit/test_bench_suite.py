@@ -33,6 +33,20 @@ def test_the_report_scores_a_row() -> None:
     assert row["ratio"] == 0.9 and row["regressions"] == 0 and row["violations"] == 0
     md = report([row], ["bench/run.py"], "NVIDIA H200, 580")
     assert "| fp32_mlp | launch |" in md and "policy at launch, no trial" in md and "+0.4%" in md
+    # measured as the oracle measures, the policy's delivered speedup is the score
+    delivered = {**got, "delivered_speedup": 4.8, "delivered_equivalent": True}
+    row = score(w, delivered, orc)
+    assert abs(row["ratio"] - 0.96) < 1e-9 and row["regressions"] == 0 and row["violations"] == 0
+    assert "| 4.500 | 4.800 |" in report([row], ["bench/run.py"], "H200")
+    worse = score(w, {**got, "delivered_speedup": 0.97, "delivered_equivalent": False}, orc)
+    assert worse["regressions"] == 1 and worse["violations"] == 1  # slower, and its outputs changed
+
+
+def test_sync_every_step_plants_blocking_sync_and_the_oracle_spins() -> None:
+    (w,) = [x for x in suite() if x.name == "sync_every_step"]
+    assert w.mode == "live" and "--sched" in (W / w.script).read_text()
+    spin = next(s for s in w.settings if s.lever == "sync_spin")
+    assert spin.argv == ("--sched", "spin") and spin.setting == {"sched": 1}
 
 
 def test_the_cotenant_workload_starts_its_background_cotenant_with_the_settings_switch() -> None:
