@@ -376,6 +376,17 @@ def main() -> int:
     p.add_argument("--workloads", default="", help="comma-separated names (default: all); each is a part")
     p.add_argument("--oracle-repeats", type=int, default=3)
     p.add_argument("--no-oracle", action="store_true", help="gitmd's side only")
+    p.add_argument(
+        "--oracle-only",
+        action="store_true",
+        help="the oracle's side only, written to OUT/<workload>-oracle.json (a part too long for one call)",
+    )
+    p.add_argument(
+        "--oracle-from",
+        type=Path,
+        metavar="DIR",
+        help="take each workload's oracle from DIR/<workload>-oracle.json (an earlier --oracle-only)",
+    )
     p.add_argument("--no-overhead", action="store_true", help="skip the capture overhead runs")
     p.add_argument(
         "--delivered-repeats",
@@ -404,10 +415,27 @@ def main() -> int:
         if a.backend == "nvml"
         else a.backend
     )
+    if sum((a.no_oracle, a.oracle_only, a.oracle_from is not None)) > 1:
+        p.error("--no-oracle, --oracle-only and --oracle-from exclude one another")
+    workloads = by_name([x for x in a.workloads.split(",") if x])
+    if a.oracle_from is not None:
+        missing = [w.name for w in workloads if not (a.oracle_from / f"{w.name}-oracle.json").is_file()]
+        if missing:
+            p.error(f"no oracle in {a.oracle_from} for {', '.join(missing)} (run --oracle-only first)")
     rows = []
-    for w in by_name([x for x in a.workloads.split(",") if x]):
+    for w in workloads:
         print(f"== {w.name} ({w.mode}): {w.headroom}", file=sys.stderr, flush=True)
-        orc = None if a.no_oracle else oracle.search(w, a.oracle_repeats)
+        orc: dict[str, Any] | None = None
+        if a.oracle_from is not None:
+            orc = json.loads((a.oracle_from / f"{w.name}-oracle.json").read_text())
+        elif not a.no_oracle:
+            orc = oracle.search(w, a.oracle_repeats)
+            a.out.mkdir(parents=True, exist_ok=True)
+            (a.out / f"{w.name}-oracle.json").write_text(json.dumps(orc, indent=1, default=str))
+        if a.oracle_only:
+            assert orc is not None
+            print(f"  {w.name}: oracle {orc['oracle_speedup']:.3f} ({orc['oracle_setting']})", flush=True)
+            continue
         with tempfile.TemporaryDirectory(prefix="gitm-bench-") as d:
             g = Gitmd(Path(d) / w.name, CONFIG.format(backend=a.backend))
             g.start()
@@ -435,6 +463,8 @@ def main() -> int:
         rows.append(score(w, got, orc))
         if orc is not None:
             rows[-1]["oracle"] = orc
+    if a.oracle_only:
+        return 0
     a.out.mkdir(parents=True, exist_ok=True)
     stem = (
         a.out / f"{datetime.date.today()}-h200"

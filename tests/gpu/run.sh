@@ -3,6 +3,9 @@
 #   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
+# A scoreboard part too long for one call (transformer: 4 settings x 6 oracle runs): run
+# BENCH_ARGS=--oracle-only first, commit OUT/<workload>-oracle.json under bench/results/, then
+# BENCH_ARGS="--oracle-from bench/results/<dir> --no-overhead" in the next call.
 #   (default: the first three)
 # The tests part no longer fits one call's 10 minutes (H200, 2026-12-02: stream priority + tune
 # 383 s, launch trials + capture 259 s, before experiments and telemetry): run it in pieces, e.g.

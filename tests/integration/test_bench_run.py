@@ -87,3 +87,20 @@ def test_the_oracle_takes_the_best_setting_whose_outputs_hold(short_tmp: Path) -
     assert not by["tf32_override"]["equivalent"] and by["tf32_override"]["speedup"] > 2  # faster, wrong
     assert 0.7 < by["cuda_device_max_connections"]["speedup"] < 1.4
     assert res["oracle_setting"] == "cpu_threads" and res["oracle_speedup"] == by["cpu_threads"]["speedup"]
+
+
+def test_a_part_split_in_two_calls_needs_its_oracle_first(short_tmp: Path) -> None:
+    """--oracle-only writes OUT/<workload>-oracle.json; --oracle-from reads it back. Bad flags and a
+    missing oracle are refused before anything runs."""
+    import subprocess
+    import sys
+
+    run = Path(bench_run.__file__)
+    base = [sys.executable, str(run), "--workloads", "cotenant", "--backend", "sim", "--out", str(short_tmp)]
+    r = subprocess.run([*base, "--oracle-from", str(short_tmp)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no oracle in" in r.stderr and "cotenant" in r.stderr
+    r = subprocess.run([*base, "--oracle-only", "--no-oracle"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "exclude one another" in r.stderr
+    r = subprocess.run([*base, "--workloads", "nope"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "unknown workload" in r.stderr
+    assert list(short_tmp.iterdir()) == []  # nothing ran, nothing written
