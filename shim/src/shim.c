@@ -372,6 +372,8 @@ typedef void (*completed_fn)(CUcontext, uint32_t, uint8_t *, size_t, size_t);
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
 {
+    if (!buffer)
+        return;
     if (!own_buffer_take(buffer)) {
         completed_fn theirs = g.app_completed ? (completed_fn)g.app_completed() : NULL;
         if (theirs && theirs != buffer_completed)
