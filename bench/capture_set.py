@@ -91,9 +91,15 @@ def cases(stencil: str) -> list[Case]:
         Case("launch-1k-ops24", "launch_bound", py("launch_bound", "--ops", "24")),
         # n=2048 is launch-bound while CUPTI records (the GPU finishes before the host syncs): a
         # fingerprint variant; at n=3072 the host is ahead and each step's sync drains the GPU.
-        Case("sync-n2048", "sync_every_step", py("sync_every_step", "--n", "2048")),
-        Case("sync-n3072", "sync_every_step", py("sync_every_step", "--n", "3072"), cause="sync_stall"),
-        Case("sync-n1536", "sync_every_step", py("sync_every_step", "--n", "1536")),
+        # (--sched auto: as these fixtures were captured, before the scoreboard planted blocking sync)
+        Case("sync-n2048", "sync_every_step", py("sync_every_step", "--n", "2048", "--sched", "auto")),
+        Case(
+            "sync-n3072",
+            "sync_every_step",
+            py("sync_every_step", "--n", "3072", "--sched", "auto"),
+            cause="sync_stall",
+        ),
+        Case("sync-n1536", "sync_every_step", py("sync_every_step", "--n", "1536", "--sched", "auto")),
         Case("pageable-64mb", "pageable_input", py("pageable_input"), cause="pageable_copy"),
         Case("pageable-32mb", "pageable_input", py("pageable_input", "--mb", "32")),
         Case("alloc-cap6", "alloc_churn", py("alloc_churn"), cause="allocator"),
