@@ -89,6 +89,7 @@ LAUNCH_LEVERS = (
     "alloc_expandable_segments",
     "alloc_gc_threshold",
     "alloc_max_split_size",
+    "alloc_keep_cache",
     "cuda_device_max_connections",
     "cpu_threads",
     "cudnn_benchmark",

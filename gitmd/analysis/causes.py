@@ -52,6 +52,7 @@ LEVERS: dict[str, tuple[str, ...]] = {
         "alloc_expandable_segments",
         "alloc_gc_threshold",
         "alloc_max_split_size",
+        "alloc_keep_cache",
         "mempool_release",
     ),
     # Stream priorities act inside one CUDA context; another process's share of the GPU is reclaimed

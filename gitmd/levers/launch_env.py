@@ -140,6 +140,22 @@ class AllocMaxSplitSize(_AllocConf):
         return "256"
 
 
+class AllocKeepCache(EnvLever):
+    """A job that empties PyTorch's allocator cache every step pays a cudaFree (which waits for
+    the device) and a cudaMalloc each time: through gitmd's sitecustomize, torch.cuda.empty_cache()
+    keeps the cache. The allocator still frees cached blocks itself before an allocation would pass
+    the device's memory or the job's memory fraction; other processes on the GPU see the memory
+    held, hence the memory risk."""
+
+    name = "alloc_keep_cache"
+    causes = frozenset({"allocator"})
+    risk = Risk.MEMORY
+    variables = ("GITMD_KEEP_CACHE",)
+
+    def values(self) -> dict[str, str]:
+        return {"GITMD_KEEP_CACHE": "1"}
+
+
 class CudaDeviceMaxConnections(EnvLever):
     """Hardware work queues per device (default 8): more lets independent streams overlap."""
 

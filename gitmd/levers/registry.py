@@ -14,6 +14,7 @@ from gitmd.levers.host import CpuAffinity, SchedPriority
 from gitmd.levers.launch_env import (
     AllocExpandableSegments,
     AllocGcThreshold,
+    AllocKeepCache,
     AllocMaxSplitSize,
     CpuThreads,
     CudaDeviceMaxConnections,
@@ -31,6 +32,7 @@ CATALOG: dict[str, type[Lever]] = {
         AllocExpandableSegments,
         AllocGcThreshold,
         AllocMaxSplitSize,
+        AllocKeepCache,
         CudaDeviceMaxConnections,
         CpuThreads,
         CudnnBenchmark,

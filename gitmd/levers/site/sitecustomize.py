@@ -7,6 +7,9 @@ imports it, through an import hook), every failure is swallowed, and the job's o
   GITMD_CUDNN_BENCHMARK=1          torch.backends.cudnn.benchmark = True
   GITMD_DATALOADER_PIN_MEMORY=1    DataLoader(pin_memory=True) when the job did not say
   GITMD_DATALOADER_WORKERS=N       DataLoader(num_workers=N) when the job did not say
+  GITMD_KEEP_CACHE=1               torch.cuda.empty_cache() keeps the cache (the caching allocator
+                                   still frees cached blocks itself when an allocation would pass
+                                   the device's memory or the process's memory fraction)
 
 Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
 """
@@ -57,6 +60,24 @@ def _pin_dataloader(torch_module):
         pass
 
 
+def _keep_cache(torch_module):
+    if os.environ.get("GITMD_KEEP_CACHE") != "1":
+        return
+    try:
+        cuda = torch_module.cuda
+        original = cuda.empty_cache
+
+        def empty_cache():
+            """gitmd (GITMD_KEEP_CACHE=1): the cached blocks stay for the next allocations."""
+
+        empty_cache.__wrapped__ = original
+        cuda.empty_cache = empty_cache
+        if getattr(getattr(cuda, "memory", None), "empty_cache", None) is original:
+            cuda.memory.empty_cache = empty_cache
+    except Exception:
+        pass
+
+
 def _adjust(torch_module):
     try:
         if os.environ.get("GITMD_CUDNN_BENCHMARK") == "1":
@@ -64,6 +85,7 @@ def _adjust(torch_module):
     except Exception:
         pass
     _pin_dataloader(torch_module)
+    _keep_cache(torch_module)
 
 
 class _TorchHook:
@@ -93,11 +115,13 @@ class _TorchHook:
 
 
 def _install():
-    wanted = [
-        k
-        for k in ("GITMD_CUDNN_BENCHMARK", "GITMD_DATALOADER_PIN_MEMORY", "GITMD_DATALOADER_WORKERS")
-        if os.environ.get(k)
-    ]
+    knobs = (
+        "GITMD_CUDNN_BENCHMARK",
+        "GITMD_DATALOADER_PIN_MEMORY",
+        "GITMD_DATALOADER_WORKERS",
+        "GITMD_KEEP_CACHE",
+    )
+    wanted = [k for k in knobs if os.environ.get(k)]
     if not wanted:
         return
     if "torch" in sys.modules:

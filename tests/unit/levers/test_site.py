@@ -53,7 +53,8 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
     (pkg / "utils" / "data").mkdir(parents=True)
     (pkg / "__init__.py").write_text(
         "class _C: benchmark = False\nclass backends: cudnn = _C\n"
-        "class cuda:\n    @staticmethod\n    def is_available(): return True\n"
+        "class cuda:\n    emptied = 0\n    @staticmethod\n    def is_available(): return True\n"
+        "    @staticmethod\n    def empty_cache(): cuda.emptied += 1\n"
     )
     (pkg / "utils" / "__init__.py").write_text("")
     (pkg / "utils" / "data" / "__init__.py").write_text(
@@ -63,19 +64,23 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
     )
     code = (
         "import torch, torch.utils.data as d\n"
+        "torch.cuda.empty_cache()\n"
         "print(torch.backends.cudnn.benchmark, d.DataLoader([]).pin_memory, d.DataLoader([]).num_workers,"
-        " d.DataLoader([], pin_memory=False).pin_memory, d.DataLoader([], num_workers=1).num_workers)"
+        " d.DataLoader([], pin_memory=False).pin_memory, d.DataLoader([], num_workers=1).num_workers,"
+        " torch.cuda.emptied)"
     )
     base = {"PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}"}
     r = py(code, base, tmp_path)
-    assert r.stdout.split() == ["False", "False", "0", "False", "1"], r.stderr  # nothing asked: untouched
+    assert r.stdout.split() == ["False", "False", "0", "False", "1", "1"], r.stderr  # nothing asked
     knobs = {
         "GITMD_CUDNN_BENCHMARK": "1",
         "GITMD_DATALOADER_PIN_MEMORY": "1",
         "GITMD_DATALOADER_WORKERS": "3",
+        "GITMD_KEEP_CACHE": "1",
     }
     r = py(code, {**base, **knobs}, tmp_path)
-    assert r.stdout.split() == ["True", "True", "3", "False", "1"], r.stderr  # the job's own choices stand
+    # the job's own choices stand; empty_cache kept the cache
+    assert r.stdout.split() == ["True", "True", "3", "False", "1", "0"], r.stderr
     # a framework that is different (no backends, no DataLoader) is left alone, the job runs
     (pkg / "__init__.py").write_text("x = 1\n")
     (pkg / "utils" / "data" / "__init__.py").write_text("")
