@@ -7,6 +7,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gitmd.capture import abi
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import CaptureConfig, Config, SimConfig
@@ -403,3 +405,31 @@ def test_a_yield_in_force_is_taken_back_when_the_job_it_yielded_to_ends(tmp_path
     after = svc.interventions.get(iv.id)
     assert after.state == "reverted" and after.reason == "the job it yielded to ended"
     assert svc.interventions.in_force("cotenant_yield") == []
+
+
+def test_sync_spin_is_tried_only_on_a_context_that_sleeps_in_its_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context's scheduling is read through the shim first: auto already spins while the host
+    has more cores than contexts, and spin needs nothing; yield and blocking sync can gain. A shim
+    that cannot answer (no driver, an older shim) means no experiment."""
+    from gitmd.levers.base import LeverError
+    from gitmd.levers.shim_knobs import SyncSpin
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    reply, _ = svc.register_job(Registration("sync", ("python", "s.py"), "/srv", *me))
+    job = svc.jobs.get(reply.job.id)
+    answers: list[int | Exception] = [0, 1, 2, 4, LeverError("sync_spin on pid 1: no libcuda")]
+
+    def current(self: SyncSpin, target: object) -> int:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    monkeypatch.setattr(SyncSpin, "current", current)
+    got = [svc._sync_spin(job, 4242, 0) for _ in range(5)]
+    assert [g is not None for g in got] == [False, False, True, True, False]
+    lever = got[2]
+    assert lever is not None and lever.setting == {"pid": 4242, "device": 0, "sched": SyncSpin.SPIN}
