@@ -1,0 +1,79 @@
+"""Two levers for stalls the catalog could not recover before (sixth session), on the H200:
+sync_spin — a training loop that synchronizes every step under blocking sync: gitmd, unattended,
+attributes sync_stall and switches the context to spin through the shim (the knob read back first,
+restored after); alloc_keep_cache — a program that empties PyTorch's cache every step: `gitmctl
+tune` keeps the cache across launches only if it is faster with the same checksum."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitmd.levers.base import Target
+from gitmd.levers.registry import make
+from tests.gpu.test_experiments import CONFIG, W, experiments, job_pid, keep_log, out
+from tests.gpu.test_pin_host_buffer import _rings
+from tests.gpu.test_tune import tune
+from tests.integration.conftest import Daemon, command, free_port
+
+
+@pytest.mark.timeout(300)
+def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    job = subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", "sync", "--",
+         sys.executable, str(W / "sync_every_step.py"), "--seconds", "150"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    record: dict[str, Any] = {}
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"  # its context exists
+        pid = job_pid(d, "sync")
+        ring = next(p for p in _rings(d, "sync") if p.name.startswith(f"ring-{pid}-"))
+        target = Target(job_id="sync", pids=(pid,), rings={pid: str(ring)}, owner_uid=os.getuid())
+        knob = make("sync_spin", pid=pid, device=0)
+        record["sched_at_start"] = knob.capture(target)
+        assert record["sched_at_start"] == {"sched": 4}  # the program's blocking sync, read back
+        deadline = time.monotonic() + 120
+        final = None
+        while time.monotonic() < deadline and final is None:
+            final = next(
+                (e for e in experiments(d, "sync") if e.lever == "sync_spin"
+                 and e.state in ("promoted", "reverted", "failed", "abandoned")),
+                None,
+            )  # fmt: skip
+            time.sleep(1)
+        record["tried"] = [(e.lever, e.cause, e.state, e.reason) for e in experiments(d, "sync")]
+        assert final is not None, f"no sync_spin experiment was decided: {record['tried']}"
+        record.update(speedup=final.speedup, ci=(final.ci_low, final.ci_high), reason=final.reason,
+                      arms=[(a.arm, a.window_id, a.step_ms) for a in final.arms])  # fmt: skip
+        record["sched_after"] = knob.capture(target)
+        assert final.cause == "sync_stall" and final.state == "promoted", final.reason
+        assert record["sched_after"] == {"sched": 1}  # promoted: the context spins now
+    finally:
+        out("sync-spin.json", record)
+        keep_log(d, "gitmd-sync-spin.log")
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(60)
+
+
+@pytest.mark.timeout(300)
+def test_a_job_emptying_the_cache_every_step_keeps_it(daemon_factory: Any, tmp_path: Path) -> None:
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    try:
+        res = tune(d, tmp_path, "--levers", "alloc_keep_cache", "--metric", r"checksum=(\S+)", "--",
+                   sys.executable, str(W / "alloc_churn.py"), "--steps", "400")  # fmt: skip
+        out("tune-alloc-keep-cache.json", res)
+        (e,) = [x for x in res["experiments"] if x["lever"] == "alloc_keep_cache"]
+        assert e["state"] == "promoted", e["reason"]
+        assert res["policy"]["env"].get("GITMD_KEEP_CACHE") == "1"
+    finally:
+        keep_log(d, "gitmd-tune-keep-cache.log")
