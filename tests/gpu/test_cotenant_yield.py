@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gitmd.capture.ring import Ring
-from tests.gpu.test_experiments import CONFIG, W, experiments, job_pid, keep_log, out
+from tests.gpu.test_experiments import CONFIG, W, decided, job_pid, keep_log, out
 from tests.gpu.test_pin_host_buffer import _rings
 from tests.integration.conftest import Daemon, command, free_port
 
@@ -38,20 +38,8 @@ def test_a_background_cotenant_yields_to_the_training_job(daemon_factory: Any) -
     try:
         hog_pid = job_pid(d, "hog")
         job_pid(d, "train")
-        deadline = time.monotonic() + 150
-        final = None
-        while time.monotonic() < deadline and final is None:
-            final = next(
-                (e for e in experiments(d, "train") if e.lever == "cotenant_yield"
-                 and e.state in ("promoted", "reverted", "failed", "abandoned")),
-                None,
-            )  # fmt: skip
-            time.sleep(1)
-        tried = [(e.lever, e.cause, e.state, e.reason) for e in experiments(d, "train")]
-        record["tried"] = tried
-        assert final is not None, f"no cotenant_yield experiment was decided: {tried}"
-        record.update(speedup=final.speedup, ci=(final.ci_low, final.ci_high), reason=final.reason,
-                      arms=[(a.arm, a.window_id, a.step_ms) for a in final.arms])  # fmt: skip
+        final = decided(d, "train", "cotenant_yield", record, 150)
+        assert final is not None, f"no cotenant_yield experiment was decided: {record['tried']}"
         assert final.cause == "cotenant" and final.state == "promoted", final.reason
         ring = Ring(str(next(p for p in _rings(d, "hog") if p.name.startswith(f"ring-{hog_pid}-"))))
         try:

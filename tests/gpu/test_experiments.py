@@ -54,6 +54,25 @@ def experiments(d: Daemon, job: str) -> list[Any]:
             return []
 
 
+def decided(d: Daemon, job: str, lever: str, record: dict[str, Any], timeout_s: float) -> Any:
+    """The job's experiment on ``lever`` once decided (None if not within ``timeout_s``); every
+    experiment tried on the job goes to ``record["tried"]``, the decided one's figures too."""
+    deadline = time.monotonic() + timeout_s
+    final = None
+    while time.monotonic() < deadline and final is None:
+        final = next(
+            (e for e in experiments(d, job) if e.lever == lever
+             and e.state in ("promoted", "reverted", "failed", "abandoned")),
+            None,
+        )  # fmt: skip
+        time.sleep(1)
+    record["tried"] = [(e.lever, e.cause, e.state, e.reason) for e in experiments(d, job)]
+    if final is not None:
+        record.update(speedup=final.speedup, ci=(final.ci_low, final.ci_high), reason=final.reason,
+                      arms=[(a.arm, a.window_id, a.step_ms) for a in final.arms])  # fmt: skip
+    return final
+
+
 def start(d: Daemon, name: str, *args: str) -> tuple[subprocess.Popen[str], subprocess.Popen[bytes]]:
     hog = subprocess.Popen(
         ["taskset", "-c", "2,3", sys.executable, str(W / "cpu_hog.py"), "--procs", "6", "--seconds", "400"]

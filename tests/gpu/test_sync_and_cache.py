@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from gitmd.levers.base import Target
 from gitmd.levers.registry import make
-from tests.gpu.test_experiments import CONFIG, W, experiments, job_pid, keep_log, out
+from tests.gpu.test_experiments import CONFIG, W, decided, job_pid, keep_log, out
 from tests.gpu.test_pin_host_buffer import _rings
 from tests.gpu.test_tune import tune
 from tests.integration.conftest import Daemon, command, free_port
@@ -41,19 +40,8 @@ def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
         knob = make("sync_spin", pid=pid, device=0)
         record["sched_at_start"] = knob.capture(target)
         assert record["sched_at_start"] == {"sched": 4}  # the program's blocking sync, read back
-        deadline = time.monotonic() + 120
-        final = None
-        while time.monotonic() < deadline and final is None:
-            final = next(
-                (e for e in experiments(d, "sync") if e.lever == "sync_spin"
-                 and e.state in ("promoted", "reverted", "failed", "abandoned")),
-                None,
-            )  # fmt: skip
-            time.sleep(1)
-        record["tried"] = [(e.lever, e.cause, e.state, e.reason) for e in experiments(d, "sync")]
+        final = decided(d, "sync", "sync_spin", record, 120)
         assert final is not None, f"no sync_spin experiment was decided: {record['tried']}"
-        record.update(speedup=final.speedup, ci=(final.ci_low, final.ci_high), reason=final.reason,
-                      arms=[(a.arm, a.window_id, a.step_ms) for a in final.arms])  # fmt: skip
         record["sched_after"] = knob.capture(target)
         assert final.cause == "sync_stall" and final.state == "promoted", final.reason
         assert record["sched_after"] == {"sched": 1}  # promoted: the context spins now
