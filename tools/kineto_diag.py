@@ -28,7 +28,7 @@ def ring_status(job_dir: Path) -> str:
     from gitmd.capture.ring import Ring, RingError
 
     out = []
-    for f in sorted(job_dir.glob("*.ring")) or sorted(p for p in job_dir.iterdir() if p.is_file()):
+    for f in sorted(job_dir.glob("ring-*.gitm")):
         try:
             r = Ring(f)
             st = r.status()

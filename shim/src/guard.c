@@ -396,6 +396,15 @@ static void trace(const char *fn, int app, void *real, long arg, int r)
     fprintf(stderr, "gitm-guard: %s(%ld) by %s -> %s = %d\n", fn, arg, app ? "app" : "shim", lib, r);
 }
 
+/* after a forwarded enable (on=1) or disable (on=0) of an activity kind */
+static int kind_done(const char *fn, int app, void *real, int kind, int on, int r)
+{
+    trace(fn, app, real, kind, r);
+    if (app && r == 0)
+        note_kind(kind, on);
+    return r;
+}
+
 static void *_Atomic real_enable, *_Atomic real_disable, *_Atomic real_enable_ctx, *_Atomic real_disable_ctx,
     *_Atomic real_register, *_Atomic real_finalize, *_Atomic real_subscribe, *_Atomic real_unsubscribe;
 
@@ -418,22 +427,14 @@ EXPORT int cuptiActivityEnable(int kind)
     if (app)
         app_enables();
     int (*f)(int) = (int (*)(int))cupti_fn(&real_enable, "cuptiActivityEnable");
-    int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
-    trace("cuptiActivityEnable", app, (void *)f, kind, r);
-    if (app && r == 0)
-        note_kind(kind, 1);
-    return r;
+    return kind_done("cuptiActivityEnable", app, (void *)f, kind, 1, f ? f(kind) : CUPTI_NOT_INITIALIZED);
 }
 
 EXPORT int cuptiActivityDisable(int kind)
 {
     int app = from_app(__builtin_return_address(0));
     int (*f)(int) = (int (*)(int))cupti_fn(&real_disable, "cuptiActivityDisable");
-    int r = f ? f(kind) : CUPTI_NOT_INITIALIZED;
-    trace("cuptiActivityDisable", app, (void *)f, kind, r);
-    if (app && r == 0)
-        note_kind(kind, 0);
-    return r;
+    return kind_done("cuptiActivityDisable", app, (void *)f, kind, 0, f ? f(kind) : CUPTI_NOT_INITIALIZED);
 }
 
 EXPORT int cuptiActivityEnableContext(void *ctx, int kind)
@@ -442,22 +443,14 @@ EXPORT int cuptiActivityEnableContext(void *ctx, int kind)
     if (app)
         app_enables();
     int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_enable_ctx, "cuptiActivityEnableContext");
-    int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
-    trace("cuptiActivityEnableContext", app, (void *)f, kind, r);
-    if (app && r == 0)
-        note_kind(kind, 1);
-    return r;
+    return kind_done("cuptiActivityEnableContext", app, (void *)f, kind, 1, f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED);
 }
 
 EXPORT int cuptiActivityDisableContext(void *ctx, int kind)
 {
     int app = from_app(__builtin_return_address(0));
     int (*f)(void *, int) = (int (*)(void *, int))cupti_fn(&real_disable_ctx, "cuptiActivityDisableContext");
-    int r = f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED;
-    trace("cuptiActivityDisableContext", app, (void *)f, kind, r);
-    if (app && r == 0)
-        note_kind(kind, 0);
-    return r;
+    return kind_done("cuptiActivityDisableContext", app, (void *)f, kind, 0, f ? f(ctx, kind) : CUPTI_NOT_INITIALIZED);
 }
 
 EXPORT int cuptiActivityRegisterCallbacks(void *requested, void *completed)

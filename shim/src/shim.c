@@ -946,17 +946,8 @@ static int give_up_slot(void)
     pthread_mutex_lock(&g.cupti_lock);
     int had = __atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE) || g.detach_subscribed || g.payload_subscribed;
     cancel_detach();
-    if (g.payload_subscribed) {
-        __atomic_store_n(&g.learning, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&g.payload_on, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&g.hostsrc_on, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&g.yield_share, 0, __ATOMIC_RELEASE);
-        cuptiUnsubscribe(g.payload_sub);
-        g.payload_subscribed = 0;
-        pthread_mutex_lock(&g.payload_lock);
-        pending_count = 0;
-        pthread_mutex_unlock(&g.payload_lock);
-    }
+    __atomic_store_n(&g.yield_share, 0, __ATOMIC_RELEASE); /* no yield: stop_payloads lets the slot go */
+    stop_payloads();
     if (had && !g.window_id)
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
                              "the job's own profiler took CUPTI's subscriber: no payload samples, stream learning or yield while it holds it");
