@@ -57,7 +57,7 @@ port = 0
 window_every_s = 2
 window_duration_s = 1.0
 """
-MAX_LAUNCHES = 12
+MAX_LAUNCHES = 16  # two launch trials of 6 runs, the runs that plan them, the recurring one
 
 
 def gitmctl(g: Gitmd, *args: str) -> list[str]:
@@ -162,6 +162,7 @@ def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
     runs = []
     t0 = time.time()
     decided_at = None
+    last_trial_at: float | None = None
     for i in range(MAX_LAUNCHES):
         t_run = time.monotonic()
         r = subprocess.run(job_cmd(g, w), capture_output=True, text=True, timeout=500)
@@ -177,15 +178,17 @@ def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
         if decided_at is not None:
             break  # this was the launch after the decision: the recurring case
         wl = list(g.stub().ListWorkloads(pb.ListWorkloadsRequest(), timeout=10).workloads)
-        ran_trial = any("launch trial" in n for x in runs for n in x["notes"])
+        if wl and any(p.status == "validated" for p in wl[0].policies):
+            decided_at = time.time()  # one more launch: the recurring case
+            continue
         trial_now = any("launch trial" in n for n in note)
-        if i >= 1 and not ran_trial:
-            break  # two launches and gitmd found nothing a launch lever addresses
-        if ran_trial and not trial_now and i > 0:
-            decided_at = time.time()  # the trial ended with the previous run
+        if trial_now:
+            last_trial_at = time.time()
+        # A reverted trial is followed by a run that plans the next lever (a cause seen in two of its
+        # windows): two runs in a row without a trial mean gitmd plans nothing more.
+        if i >= 1 and not trial_now and not any("launch trial" in n for n in runs[-2]["notes"]):
+            decided_at = last_trial_at
             break
-        if wl and any(p.status == "validated" for p in wl[0].policies) and decided_at is None:
-            decided_at = time.time()
     all_exps = [e for j in jobs(g) for e in experiments(g, j.id)]
     promoted = [e for e in all_exps if e.state == "promoted"]
     last = runs[-1]
@@ -212,11 +215,15 @@ def delivered(g: Gitmd, w: Workload, repeats: int = 3, seconds: float = 20.0) ->
     its target: a second or two) weighs little, as on a real job; a launch policy is in place from
     the start, and its runs are the oracle's."""
     args = timed_args(w, seconds) if w.mode == "live" else oracle.steps_args(w)
-    prog = [PY, str(oracle.W / w.script), *args]
     pin = ["taskset", "-c", CONTENDED_CPUS] if w.contended else []
     runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for r in range(repeats):
         for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
+            if runs["A"] and runs["A"][0]["steps"] and "--seconds" in args:
+                # every later run does the first one's steps: a loss after more steps is another
+                # number (cotenant, 2026-12-02: 20-s runs under the policy ran more steps)
+                args = counted_args(w, runs["A"][0]["steps"])
+            prog = [PY, str(oracle.W / w.script), *args]
             under = arm == "B"
             cmd = [*pin, *gitmctl(g, "run", "--no-explore", "--"), *prog] if under else [*pin, *prog]
             co = oracle.cotenant(w, None, gitmctl(g) if under else None)
@@ -229,6 +236,7 @@ def delivered(g: Gitmd, w: Workload, repeats: int = 3, seconds: float = 20.0) ->
                 {
                     "exit": res.returncode,
                     "step_ms": step_ms(res.stdout),
+                    "steps": int(n[-1]) if (n := re.findall(r"\bsteps=(\d+)", res.stdout)) else 0,
                     "metric": float(m[-1]) if m else None,
                     "notes": [x for x in res.stderr.splitlines() if "gitmctl run:" in x],
                 }
@@ -267,6 +275,12 @@ backend = "{backend}"
 port = 0
 """
 OVERHEAD_S = 30.0
+
+
+def counted_args(w: Workload, steps: int) -> list[str]:
+    """The workload's arguments for exactly ``steps`` steps (at least the warm-up's and one more)."""
+    args = timed_args(w, 1.0)[:-2]
+    return [*args, "--steps", str(max(5, steps))]
 
 
 def timed_args(w: Workload, seconds: float) -> list[str]:

@@ -81,7 +81,7 @@ def suite() -> list[Workload]:
         Workload("cnn", "cnn_train.py", ("--batch", "256", "--size", "64", "--steps", "300"),
                  "convolutions on cuDNN's default algorithms (and fp32)", "launch", loss, 1e-2,
                  (env_setting("cudnn_benchmark"), env_setting("tf32_override"))),
-        Workload("alloc_churn", "alloc_churn.py", ("--steps", "400"), "cudaFree/cudaMalloc every step under a cap",
+        Workload("alloc_churn", "alloc_churn.py", ("--seconds", "6"), "cudaFree/cudaMalloc every step under a cap",
                  "launch", checksum, 1e-6, (*_alloc(), env_setting("alloc_keep_cache"))),
         Workload("contended", "launch_bound.py", ("--seconds", "90"), "its two cores shared with six busy processes",
                  "live", checksum, 1e-6,

@@ -10,7 +10,7 @@ import ctypes
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("--n", type=int, default=1024)
+p.add_argument("--n", type=int, default=3072)  # at 1024 the loop is launch-bound, not sync-bound
 p.add_argument("--steps", type=int, default=0)
 p.add_argument("--seconds", type=float, default=30.0)
 p.add_argument("--sched", choices=("blocking", "spin", "yield", "auto"), default="blocking")

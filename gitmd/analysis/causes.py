@@ -39,6 +39,7 @@ from gitmd.analysis.model import Residuals
 from gitmd.capture.decode import Decoded
 
 THRESHOLD = 0.05
+CACHE_RETURNED = 0.5  # share of frees with the GPU going idle at them: the allocator's cache handed back
 TF32_SPEEDUP = 5.5  # fp32 MLP training with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 on the H200 (shared/GPU.md)
 
 # Cause -> lever classes (gitmd/levers, the levers issue). The experiment engine reads only this.
@@ -93,8 +94,16 @@ class _Builder:
     causes: list[Cause] = field(default_factory=list)
 
     def add(
-        self, name: str, cost_ns: float, confidence: float, *evidence: str, eligible: bool = True
+        self,
+        name: str,
+        cost_ns: float,
+        confidence: float,
+        *evidence: str,
+        eligible: bool = True,
+        levers: tuple[str, ...] | None = None,
     ) -> None:
+        """``levers``: the cause's lever classes in the order this window's evidence puts them
+        (default: LEVERS' order)."""
         cost = max(0.0, float(cost_ns))
         share = cost / self.window_ns if self.window_ns else 0.0
         self.causes.append(
@@ -104,10 +113,14 @@ class _Builder:
                 share,
                 max(0.0, min(1.0, confidence)),
                 tuple(e for e in evidence if e),
-                LEVERS[name],
+                LEVERS[name] if levers is None else levers,
                 eligible and share >= THRESHOLD,
             )
         )
+
+
+def _cache_first(levers: tuple[str, ...]) -> tuple[str, ...]:
+    return ("alloc_keep_cache", *(x for x in levers if x != "alloc_keep_cache"))
 
 
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
@@ -216,12 +229,19 @@ def rank(
         f"at {b.pinned_bytes_per_s / 1e9:.1f} GB/s pinned they take {_ms(b.pageable_saving_ns)} less",
         _hot_buffers_evidence(records) if b.pageable_copies else "",
     )
+    # A caching allocator calls cudaFree only when it hands its cache back (torch.cuda.empty_cache,
+    # or a retry after a failed allocation), and cudaFree drains the GPU: when most frees do, the
+    # cache is being returned and keeping it is the direct fix; the allocator settings (fragmentation,
+    # splitting) come after it.
+    returned = b.free_count > 0 and b.syncing_frees >= CACHE_RETURNED * b.free_count
     out.add(
         "allocator",
         b.allocator_ns,
         0.5 + 0.5 * min(1.0, b.allocator_ns / w) if w else 0.0,
         f"{b.alloc_count} allocations and {b.free_count} frees ({b.syncing_frees} with the GPU going idle "
         f"at them); GPU idle {_ms(b.allocator_ns)} after them",
+        "the cache is handed back: most frees drain the GPU" if returned else "",
+        levers=_cache_first(LEVERS["allocator"]) if returned else None,
     )
     if gpu is not None:
         cost = b.kernels_ns * gpu.throttled_share * (1.0 - gpu.clock_ratio_throttled)

@@ -46,6 +46,9 @@ def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
         assert final.cause == "sync_stall" and final.state == "promoted", final.reason
         assert record["sched_after"] == {"sched": 1}  # promoted: the context spins now
     finally:
+        why = subprocess.run([*command("gitmctl"), "--socket", str(d.socket), "explain", "sync", "--json"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        record["explain"] = why.stdout or why.stderr
         out("sync-spin.json", record)
         keep_log(d, "gitmd-sync-spin.log")
         if job.poll() is None:
@@ -57,11 +60,15 @@ def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
 def test_a_job_emptying_the_cache_every_step_keeps_it(daemon_factory: Any, tmp_path: Path) -> None:
     d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
     try:
-        res = tune(d, tmp_path, "--levers", "alloc_keep_cache", "--metric", r"checksum=(\S+)", "--",
-                   sys.executable, str(W / "alloc_churn.py"), "--steps", "400")  # fmt: skip
+        # 6-s runs: long enough for a capture window to see the reference run's steps (a policy
+        # attaches to the workload those steps fingerprint; 400 steps were 0.2 s and got none)
+        res = tune(d, tmp_path, "--levers", "alloc_keep_cache", "--metric", r"checksum=(\S+)",
+                   "--time", r"step_ms=(\S+)", "--", sys.executable, str(W / "alloc_churn.py"),
+                   "--seconds", "6")  # fmt: skip
         out("tune-alloc-keep-cache.json", res)
         (e,) = [x for x in res["experiments"] if x["lever"] == "alloc_keep_cache"]
         assert e["state"] == "promoted", e["reason"]
+        assert "policy" in res, res.get("note")
         assert res["policy"]["env"].get("GITMD_KEEP_CACHE") == "1"
     finally:
         keep_log(d, "gitmd-tune-keep-cache.log")

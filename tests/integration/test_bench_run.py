@@ -11,11 +11,20 @@ from bench.harness import Gitmd
 from bench.suite import Workload
 
 PROG = """
-import sys, time
+import argparse, time
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=0)
+p.add_argument("--seconds", type=float, default=0.0)
+a = p.parse_args()
+steps = a.steps or (0 if a.seconds else 20)
 t0 = time.monotonic()
-for _ in range(20):
+n = 0
+limit = min(a.seconds, 0.6)  # a scoreboard run's seconds, cut short: the test needs no long runs
+while (n < steps) if steps else (time.monotonic() - t0 < limit):
     time.sleep(0.01)
-print(f"result steps=20 step_ms={(time.monotonic() - t0) * 50:.4f} loss=1.000000", flush=True)
+    n += 1
+# like a training loss: another number after another count of steps
+print(f"result steps={n} step_ms={(time.monotonic() - t0) * 1e3 / n:.4f} loss={1 / n:.6f}", flush=True)
 """
 
 
@@ -41,9 +50,12 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
         with_co = bench_run.live(g, w_co)
         background = [j for j in bench_run.jobs(g) if j.background]
         assert len(background) == 1 and with_co["job_id"] != background[0].id  # gitmd ran it as background
-        # measured as the oracle measures: plain against through gitmd (no policy here: no change)
+        # measured as the oracle measures: plain against through gitmd (no policy here: no change);
+        # a timed run first, then every run does its steps (the loss depends on them)
         dv = bench_run.delivered(g, w_co, repeats=2, seconds=0.5)
         assert [len(dv["delivered_runs"][arm]) for arm in "AB"] == [2, 2]
+        steps = {x["steps"] for arm in "AB" for x in dv["delivered_runs"][arm]}
+        assert len(steps) == 1 and steps.pop() > 5, dv["delivered_runs"]
         assert dv["delivered_equivalent"] and not dv["delivered_got_policy"]
         assert 0.5 < dv["delivered_speedup"] < 2.0
         row = bench_run.score(w, {**live, "promoted": ["cpu_threads"], **dv}, None)

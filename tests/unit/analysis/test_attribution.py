@@ -37,9 +37,20 @@ def test_planted_cause_is_the_top_cause(case: dict[str, str]) -> None:
     else:
         assert above and above[0].name == case["cause"], [(c.name, round(c.share, 3)) for c in rep.causes]
         top = above[0]
-        assert top.evidence and 0 < top.confidence <= 1 and top.levers == LEVERS[top.name]
+        assert top.evidence and 0 < top.confidence <= 1 and sorted(top.levers) == sorted(LEVERS[top.name])
     assert [c.cost_ns for c in rep.causes] == sorted((c.cost_ns for c in rep.causes), reverse=True)
     assert rep.history_windows == 1 and rep.residuals is not None and rep.residuals.from_history
+
+
+def test_a_cache_handed_back_every_step_puts_keeping_it_first() -> None:
+    """alloc_churn (torch.cuda.empty_cache every step): every free drains the GPU, so the lever that
+    keeps the cache comes before the allocator settings; elsewhere LEVERS' order stands."""
+    by = {c["cause"]: c for c in CASES}
+    top = report(by["allocator"]).causes[0]
+    assert top.name == "allocator" and top.levers[0] == "alloc_keep_cache", top
+    assert "the cache is handed back" in " ".join(top.evidence)
+    other = next(c for c in report(by["none"]).causes if c.name == "allocator")
+    assert other.levers == LEVERS["allocator"]
 
 
 def test_context_of_the_planted_loads() -> None:
