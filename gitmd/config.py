@@ -62,6 +62,9 @@ class CaptureConfig:
     shim_path: Path | None = None  # None: the installed or built shim, found automatically
     window_every_s: float = 30.0  # duty cycle: one window this often per running job (0: only on demand)
     window_duration_s: float = 2.0
+    # a job's first duty window: this long (at most window_duration_s), since its launch rate, and
+    # so what a full window costs it, is unknown until a window has seen it; 0: as long as the others
+    first_window_s: float = 0.25
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
@@ -336,6 +339,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "shim_path": _path,
         "window_every_s": _nonneg_float,
         "window_duration_s": _positive_float,
+        "first_window_s": _nonneg_float,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
         "context_interval_ms": _int_range(5, 10_000),

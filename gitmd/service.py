@@ -570,8 +570,13 @@ class Service:
     def _duty_window(self, job_id: str) -> None:
         assert self.capture is not None
         c = self.config.capture
+        jc = self.capture.get(job_id)
+        duration = c.window_duration_s
+        probe = jc is not None and jc.period_s == 0.0 and 0 < c.first_window_s < duration
+        if probe:
+            duration = c.first_window_s  # its launch rate is unknown yet: see duty.py
         try:
-            w = self.capture.capture(job_id, c.window_duration_s)
+            w = self.capture.capture(job_id, duration)
         except KeyError:
             return  # the job exited meanwhile
         except Exception:
@@ -586,7 +591,9 @@ class Service:
             log.exception("planning an experiment on job %s failed", job_id)
         kernels = sum(len(p.records.kernels) for p in w.processes)
         window_s = (w.end_real_ns - w.start_real_ns) / 1e9
-        period = duty.next_period(kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us)
+        period = duty.next_period(
+            kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us, c.window_duration_s
+        )
         jc = self.capture.get(job_id)
         if jc is None:
             return
@@ -599,6 +606,13 @@ class Service:
                 100 * c.overhead_budget,
             )
         jc.period_s = period
+        if probe and period <= c.window_every_s:
+            with self._exp_lock:
+                busy = job_id in self._exp_running  # its experiment opens the windows it needs
+            if not busy:  # a full window fits the budget: now, not a period later
+                jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
+                self._duty_pool.submit(self._duty_window, job_id)
+                return
         # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
         jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
 

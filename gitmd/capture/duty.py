@@ -4,6 +4,11 @@ While a window is open every kernel launch pays CUPTI's activity cost (about 6 Â
 bench/results/2026-12-02-shim-h200.md), so a job launching R kernels per second runs up to
 R x cost slower during the window. Its amortised overhead is that fraction times window/period;
 the period is stretched until it fits the budget, never shortened below the configured one.
+
+A job's first window is short (``capture.first_window_s``): until a window has seen the job, its
+launch rate is unknown, and a full window on a launch-bound job would be the whole overhead of a
+short run. From what the short one saw, the full window comes at once when it fits the budget at
+the configured period, else after the stretched period.
 """
 
 from __future__ import annotations
@@ -18,9 +23,18 @@ def slowdown_in_window(kernels: int, window_s: float, launch_cost_us: float) -> 
     return kernels / window_s * launch_cost_us * 1e-6
 
 
-def next_period(kernels: int, window_s: float, every_s: float, budget: float, launch_cost_us: float) -> float:
-    """Seconds until this job's next duty-cycle window."""
+def next_period(
+    kernels: int,
+    window_s: float,
+    every_s: float,
+    budget: float,
+    launch_cost_us: float,
+    coming_s: float | None = None,
+) -> float:
+    """Seconds until this job's next duty-cycle window, from the ``kernels`` a window of
+    ``window_s`` saw; the windows to come last ``coming_s`` (default: as long as this one)."""
     frac = slowdown_in_window(kernels, window_s, launch_cost_us)
     if budget <= 0:
         return MAX_PERIOD_S
-    return min(MAX_PERIOD_S, max(every_s, window_s * frac / budget))
+    coming = window_s if coming_s is None else coming_s
+    return min(MAX_PERIOD_S, max(every_s, coming * frac / budget))

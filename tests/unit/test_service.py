@@ -6,6 +6,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,6 +115,61 @@ def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
     del svc._exp_running[view.job.id]
     svc.duty_cycle()
     assert submitted == [view.job.id, view.job.id]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "full_at_once"),
+    [("bf16-n8192.w2.npz", True), ("launch-1k.w2.npz", False)],
+    ids=["quiet", "launch-bound"],
+)
+def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
+    tmp_path: Path, write_ring: Callable[..., Path], fixture: str, full_at_once: bool
+) -> None:
+    """Real H200 windows stand for what the job does: the first duty window lasts first_window_s;
+    a job launching few kernels (bf16 GEMMs, ~110/s) gets its full window at once, a launch-bound
+    one (~70k launches/s) none until its stretched period has passed."""
+    import dataclasses
+    import time
+
+    from gitmd.capture import capture_file
+    from gitmd.config import ExperimentsConfig
+
+    svc = make_service(tmp_path)
+    svc.config = dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False))
+    view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
+    ring = write_ring(10, 64)
+    data = bytearray(ring.read_bytes())
+    data[40:44] = os.getpid().to_bytes(4, "little")
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    svc.get_job(view.job.id)  # its ring seen: the job is tracked
+    seen = capture_file.loads(Path(__file__).resolve().parents[1] / "fixtures" / "planted" / fixture)
+    asked: list[float] = []
+
+    def capture(job_id: str, duration_s: float) -> Any:
+        asked.append(duration_s)
+        return dataclasses.replace(seen, job_id=job_id, window_id=len(asked))
+
+    submitted: list[str] = []
+    svc.capture.capture = capture  # type: ignore[union-attr,method-assign]
+    svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    c = svc.config.capture
+    svc._duty_window(view.job.id)
+    assert asked == [c.first_window_s]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    if full_at_once:
+        assert submitted == [view.job.id] and jc.period_s == c.window_every_s
+        svc._duty_window(view.job.id)  # the full window, from the pool
+        assert asked == [c.first_window_s, c.window_duration_s] and submitted == [view.job.id]
+    else:
+        rate = sum(len(p.records.kernels) for p in seen.processes) / (
+            (seen.end_real_ns - seen.start_real_ns) / 1e9
+        )
+        want = c.window_duration_s * rate * c.launch_cost_us * 1e-6 / c.overhead_budget  # ~84 s
+        assert submitted == [] and jc.period_s == pytest.approx(want) and want > 2 * c.window_every_s
+        assert jc.next_due_mono > time.monotonic() + 60
 
 
 def _recurring(svc: Service, key: str) -> str:

@@ -20,3 +20,11 @@ def test_a_launch_bound_job_gets_windows_less_often() -> None:
 def test_bounds() -> None:
     assert next_period(10**12, 2.0, 30.0, 0.01, 6.0) == MAX_PERIOD_S
     assert next_period(0, 0.0, 30.0, 0.01, 6.0) == 30.0
+
+
+def test_a_short_first_window_sets_the_period_of_the_full_ones() -> None:
+    # 0.25 s saw 29k launches (the launch-bound loop): the 2-s windows to come are what the
+    # period is stretched for, not the short one
+    short = next_period(29_000, 0.25, 30.0, 0.01, 6.0, coming_s=2.0)
+    assert short == pytest.approx(next_period(232_000, 2.0, 30.0, 0.01, 6.0))
+    assert short > 130 and next_period(29_000, 0.25, 30.0, 0.01, 6.0) == 30.0  # as if all were short
