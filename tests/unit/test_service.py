@@ -42,6 +42,15 @@ def make_service(tmp_path: Path) -> Service:
     )
 
 
+def live_ring(job_dir: str, write_ring: Callable[..., Path]) -> None:
+    """A ring in the job's directory whose header names this (living) test process."""
+    data = bytearray(write_ring(10, 64).read_bytes())
+    data[40:44] = os.getpid().to_bytes(4, "little")
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    (Path(job_dir) / "ring-1-1.gitm").write_bytes(bytes(data))
+
+
 def test_reaper_ends_jobs_nobody_reported(tmp_path: Path, shim_tools: Path) -> None:
     svc = make_service(tmp_path)
     view, plan = svc.register_job(Registration("dead", ("prog",), "/", os.getuid(), os.getgid()))
@@ -71,13 +80,7 @@ def test_reaper_expires_jobs_that_never_started(tmp_path: Path) -> None:
 def test_a_live_job_is_never_reaped(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
     svc = make_service(tmp_path)
     view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
-    # a ring whose header names this (living) test process
-    ring = write_ring(10, 64)
-    data = bytearray(ring.read_bytes())
-    data[40:44] = os.getpid().to_bytes(4, "little")
-    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
-    data[48:56] = int(stat[19]).to_bytes(8, "little")
-    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
     assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
     assert svc.reap(view.job.created_ns + int(10_000 * 1e9)) == []
 
@@ -93,12 +96,7 @@ def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
 
     svc = make_service(tmp_path)
     view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
-    ring = write_ring(10, 64)
-    data = bytearray(ring.read_bytes())
-    data[40:44] = os.getpid().to_bytes(4, "little")
-    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
-    data[48:56] = int(stat[19]).to_bytes(8, "little")
-    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
     submitted: list[str] = []
     svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     svc.duty_cycle()
@@ -137,12 +135,7 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
     svc = make_service(tmp_path)
     svc.config = dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False))
     view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
-    ring = write_ring(10, 64)
-    data = bytearray(ring.read_bytes())
-    data[40:44] = os.getpid().to_bytes(4, "little")
-    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
-    data[48:56] = int(stat[19]).to_bytes(8, "little")
-    (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
     svc.get_job(view.job.id)  # its ring seen: the job is tracked
     seen = capture_file.loads(Path(__file__).resolve().parents[1] / "fixtures" / "planted" / fixture)
     asked: list[float] = []
