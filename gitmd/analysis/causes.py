@@ -16,7 +16,10 @@ What each cause costs (within one window of the job's busiest process):
   (1 - clock/max);
 - power_cap: the same at the enforced power limit. Reported, never above threshold: at the
   board's limit that is its ceiling (only the device lever — a higher limit — changes it);
-- fp32_gemm: fp32 GEMMs not on tensor cores, at the saving TF32 measured on the H200 (5.5x);
+- fp32_gemm: fp32 GEMMs (cuBLAS) not on tensor cores, at the saving TF32 measured on the H200 (5.5x);
+- conv_fp32: cuDNN convolutions on fp32 cores (FFMA implicit GEMMs, FFT, Winograd, the backward
+  filter's algorithm 0): what cuDNN runs by default without autotuning, while its autotuner may pick
+  TF32 tensor-core algorithms (PyTorch allows TF32 convolutions by default) — at the same 5.5x;
 - kernel_slowdown: kernels slower than their history that nothing above explains;
 - stream_starved: time the host waited on a stream (stream synchronizations) while that stream ran
   no kernel and the process's other streams did: its work queued behind theirs, which a higher
@@ -27,6 +30,7 @@ A cause is above threshold when it cost at least THRESHOLD of the window.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +66,8 @@ LEVERS: dict[str, tuple[str, ...]] = {
     "throttling": ("power_limit", "clocks"),  # device levers: off unless allow_device_levers
     "power_cap": ("power_limit",),
     "fp32_gemm": ("tf32_override",),
+    # cuDNN's autotuner (PyTorch's cudnn.benchmark, off by default) picks among every algorithm
+    "conv_fp32": ("cudnn_benchmark",),
     # the host waits on one stream while the GPU runs another's kernels: raise the waited one
     "stream_starved": ("stream_priority",),
     "kernel_slowdown": (),
@@ -74,7 +80,14 @@ SUPPORT: dict[str, tuple[str, ...]] = {
     "power_cap": ("sm_clock_deficit", "power_capped", "power_w"),
 }
 _FP32_GEMM = re.compile(r"sgemm|f32f32_f32f32|gemm.*_f32_|simt.*gemm|gemm.*simt", re.IGNORECASE)
-_NOT_FP32 = re.compile(r"tf32|bf16|f16|fp16|hgemm|i8|e4m3|e5m2", re.IGNORECASE)
+_NOT_FP32 = re.compile(r"tf32|bf16|f16|fp16|hgemm|hmma|i8|e4m3|e5m2", re.IGNORECASE)
+# cuDNN's convolution kernels (forward, backward data and filter; GEMM-based, FFT, Winograd, direct);
+# batch norm and other cuDNN kernels are not convolutions
+_CONV = re.compile(
+    r"fprop|dgrad|wgrad|implicit_convolve|explicit_convolve|precomputed_convolve|winograd|fft2d|fft_?conv"
+    r"|conv2d_|convolve_",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -124,11 +137,23 @@ def _cache_first(levers: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
-    """Time and count of fp32 GEMM kernels that do not use tensor cores (TF32 would)."""
+    """Time and count of fp32 GEMM kernels that do not use tensor cores (TF32 would); cuDNN's
+    GEMM-based convolutions are convolutions (conv_fp32_ns), not GEMMs cuBLAS's override reaches."""
+    return _time_of(
+        r, lambda n: bool(_FP32_GEMM.search(n)) and not _NOT_FP32.search(n) and not _CONV.search(n)
+    )
+
+
+def conv_fp32_ns(r: Decoded) -> tuple[float, int]:
+    """Time and count of cuDNN convolution kernels on fp32 cores (not tensor cores)."""
+    return _time_of(r, lambda n: bool(_CONV.search(n)) and not _NOT_FP32.search(n))
+
+
+def _time_of(r: Decoded, chosen: Callable[[str], bool]) -> tuple[float, int]:
     k = r.kernels
     if not len(k):
         return 0.0, 0
-    ids = [i for i, n in r.names.items() if _FP32_GEMM.search(n) and not _NOT_FP32.search(n)]
+    ids = [i for i, n in r.names.items() if chosen(n)]
     if not ids:
         return 0.0, 0
     sel = np.isin(k["name_id"], ids)
@@ -284,6 +309,13 @@ def rank(
         f32_ns * (1.0 - 1.0 / TF32_SPEEDUP),
         0.7 if f32_n else 0.0,
         f"{f32_n} fp32 GEMMs off the tensor cores, {_ms(f32_ns)}" if f32_n else "",
+    )
+    conv_ns, conv_n = conv_fp32_ns(records)
+    out.add(
+        "conv_fp32",
+        conv_ns * (1.0 - 1.0 / TF32_SPEEDUP),
+        0.5 if conv_n else 0.0,  # lower than fp32_gemm's: the job may autotune already
+        f"{conv_n} cuDNN convolutions on fp32 cores, {_ms(conv_ns)}" if conv_n else "",
     )
     if resid is not None and resid.excess_ns > 0:
         explained = sum(c.cost_ns for c in out.causes if c.name in ("cotenant", "throttling", "power_cap"))

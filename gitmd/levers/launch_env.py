@@ -180,9 +180,12 @@ class CpuThreads(EnvLever):
 
 
 class CudnnBenchmark(EnvLever):
-    """cuDNN autotuning of convolution algorithms (PyTorch), through gitmd's sitecustomize."""
+    """cuDNN autotuning of convolution algorithms (PyTorch), through gitmd's sitecustomize. Another
+    algorithm sums in another order (and may use TF32 tensor cores): numerics-changing."""
 
     name = "cudnn_benchmark"
+    causes = frozenset({"conv_fp32"})
+    risk = Risk.NUMERICS
     variables = ("GITMD_CUDNN_BENCHMARK",)
 
     def values(self) -> dict[str, str]:

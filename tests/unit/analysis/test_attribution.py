@@ -112,6 +112,28 @@ def test_fp32_gemm_names() -> None:
     assert not any(causes_mod._FP32_GEMM.search(n) and not causes_mod._NOT_FP32.search(n) for n in no)
 
 
+def test_conv_fp32_names() -> None:
+    """Kernel names from the H200 captures of cnn_train.py (tests/fixtures/labelled/cnn-*)."""
+    yes = [
+        "void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float const*)",
+        "void fft2d_r2c_32x32<float, false, 1u, false>(float2*, float const*, int, int)",
+        "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x32x8_stage3_warpsize2x2x1_g1"
+        "_ffma_aligna4_alignc4_execute_kernel__5x_cudnn",
+    ]
+    no = [
+        "sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32_warpgroupsize1x1x1_g1"
+        "_execute_segment_k_on_kernel__5x_cudnn",
+        "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float, float)",
+        "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n",
+    ]
+    conv = [n for n in yes + no if causes_mod._CONV.search(n) and not causes_mod._NOT_FP32.search(n)]
+    assert conv == yes
+    # a cuDNN GEMM-based convolution is not a GEMM that cuBLAS's TF32 override reaches
+    gemm = [n for n in yes + no if causes_mod._FP32_GEMM.search(n) and not causes_mod._CONV.search(n)]
+    assert gemm == ["sm90_xmma_gemm_f32f32_f32f32_f32_tn_n"]
+    assert LEVERS["conv_fp32"] == ("cudnn_benchmark",)
+
+
 def test_granger_tests_ran_on_the_real_series() -> None:
     rep = report(next(c for c in CASES if c["cause"] == "cotenant"))
     ran = [t for t in rep.tests if not t.note]

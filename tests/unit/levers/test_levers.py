@@ -103,6 +103,9 @@ def test_launch_levers_change_the_plan_and_are_seen_in_the_process() -> None:
     lever.revert(target, saved)
     assert target.env == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
     assert Tf32Override.risk is Risk.NUMERICS and Tf32Override().applies_to(["fp32_gemm"])
+    bench = registry.make("cudnn_benchmark")
+    assert bench.risk is Risk.NUMERICS and bench.applies_to(["conv_fp32"])
+    assert not bench.applies_to(["fp32_gemm"])
 
 
 def test_device_levers_on_the_simulated_backend() -> None:
