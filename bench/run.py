@@ -13,8 +13,10 @@ runs, 3 pairs by default); and the recurring case (the launch after the
 decision gets the policy in its plan, or applied to its processes for a live lever, and no new
 trial of it).
 
-  live     one `gitmctl run` of the job (seconds-long), its experiments polled until decided
-  launch   `gitmctl run` launches of the recurring job until its launch trial is decided, then one more
+  live     one `gitmctl run` of the job (seconds-long), its experiments polled until one is promoted
+           (a reverted lever is followed by the cause's next) or the run's time is up
+  launch   `gitmctl run` launches of the recurring job while gitmd runs launch trials (a reverted
+           trial is followed by the next lever's), until a policy is validated, then one more
   control  one live run: nothing may be promoted; overhead must stay within 1%
 
 python bench/run.py [--workloads a,b] [--oracle-repeats N] [--out bench/results] [--no-oracle]
@@ -107,7 +109,10 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
             job_id = new[0].id
             exps = experiments(g, job_id)
             done = [e for e in exps if e.state in ("promoted", "reverted", "failed")]
-            if done and not [e for e in exps if e.state in ("baseline", "treatment")]:
+            # a reverted lever is followed by the cause's next one: only a promotion ends the run early
+            if any(e.state == "promoted" for e in done) and not [
+                e for e in exps if e.state in ("baseline", "treatment")
+            ]:
                 decided = done
                 break
         time.sleep(1)
