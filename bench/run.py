@@ -282,19 +282,23 @@ port = 0
 OVERHEAD_S = 30.0
 
 
+def _length_args(w: Workload, flag: str, value: str) -> list[str]:
+    """The workload's arguments with its run length (--seconds or --steps) replaced by ``flag``."""
+    args = list(w.args)
+    for old in ("--seconds", "--steps"):
+        if old in args:
+            i = args.index(old)
+            del args[i : i + 2]
+    return [*args, flag, value]
+
+
 def counted_args(w: Workload, steps: int) -> list[str]:
     """The workload's arguments for exactly ``steps`` steps (at least the warm-up's and one more)."""
-    args = timed_args(w, 1.0)[:-2]
-    return [*args, "--steps", str(max(5, steps))]
+    return _length_args(w, "--steps", str(max(5, steps)))
 
 
 def timed_args(w: Workload, seconds: float) -> list[str]:
-    args = list(w.args)
-    for flag in ("--seconds", "--steps"):
-        if flag in args:
-            i = args.index(flag)
-            del args[i : i + 2]
-    return [*args, "--seconds", str(seconds)]
+    return _length_args(w, "--seconds", str(seconds))
 
 
 def overhead(

@@ -606,15 +606,13 @@ class Service:
                 100 * c.overhead_budget,
             )
         jc.period_s = period
+        # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
+        jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
         if probe and period <= c.window_every_s:
             with self._exp_lock:
                 busy = job_id in self._exp_running  # its experiment opens the windows it needs
             if not busy:  # a full window fits the budget: now, not a period later
-                jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
                 self._duty_pool.submit(self._duty_window, job_id)
-                return
-        # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
-        jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         """End jobs whose launcher never reported: every process gone for REAP_AFTER_S, or never
@@ -848,7 +846,7 @@ class Service:
         except LeverError as e:
             log.info("job %s: sync_spin not tried: %s", job.id, e)
             return None
-        return lever if now in (2, 4) else None
+        return lever if now in SyncSpin.SLEEPING else None
 
     def _target(self, job_id: str) -> Target:
         job = self.jobs.get(job_id)

@@ -157,7 +157,8 @@ class SyncSpin(KnobLever):
         -errno.ESRCH: "the process has no active CUDA context on that device",
         -errno.ENOTSUP: "this driver cannot change a live context's flags (cuCtxSetFlags, CUDA 12.1)",
     }
-    SPIN = 1
+    SPIN = 1  # CU_CTX_SCHED_SPIN
+    SLEEPING = (2, 4)  # CU_CTX_SCHED_YIELD, CU_CTX_SCHED_BLOCKING_SYNC: a wait that sleeps
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"context:{self.setting.get('pid')}:{self.setting.get('device', 0)}"})
