@@ -189,9 +189,13 @@ def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
         trial_now = any("launch trial" in n for n in note)
         if trial_now:
             last_trial_at = time.time()
-        # A reverted trial is followed by a run that plans the next lever (a cause seen in two of its
-        # windows): two runs in a row without a trial mean gitmd plans nothing more.
-        if i >= 1 and not trial_now and not any("launch trial" in n for n in runs[-2]["notes"]):
+        # A reverted trial is followed by a run that plans the next lever (a cause seen in two
+        # windows): two runs in a row without a trial, and none planned for the next launch (a run can
+        # plan one just before it ends), mean gitmd plans nothing more.
+        trials = g.stub().GetWorkload(pb.GetWorkloadRequest(workload_id=wl[0].id), timeout=10) if wl else None
+        planned = trials is not None and any(t.state == "running" for t in trials.launch_trials)
+        before = any("launch trial" in n for n in runs[-2]["notes"]) if i >= 1 else True
+        if i >= 1 and not trial_now and not planned and not before:
             decided_at = last_trial_at
             break
     all_exps = [e for j in jobs(g) for e in experiments(g, j.id)]

@@ -41,6 +41,7 @@ from gitmd.config import CaptureConfig  # noqa: E402
 
 KERNEL = 1  # GITM_REC_KERNEL
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
+FLOOR = ROOT / "shim" / "build" / "libcupti_floor.so"  # CUPTI alone: bench/cupti_floor.c
 PROBE = ROOT / "bench" / "workloads" / "overhead_probe.py"
 WORKLOADS = {"launch": ("launch", 20000, "µs/op"), "train": ("train", 60, "ms/step")}
 
@@ -56,7 +57,11 @@ class Probe:
         self.kernels_seen = 0  # kernel records the windows held, and how long they were open
         self.open_s = 0.0
         self._opened = 0.0
-        if kind != "plain":
+        self.floor_report: Path | None = None
+        if kind == "floor":  # kernel activity on from the start, nothing of ours: CUPTI's own cost
+            self.floor_report = Path(tempfile.mkdtemp(dir=tmp)) / "records"
+            env.update(CUDA_INJECTION64_PATH=str(FLOOR), GITM_FLOOR_REPORT=str(self.floor_report))
+        elif kind != "plain":
             d = Path(tempfile.mkdtemp(dir=tmp))
             env.update(GITM_JOB_DIR=str(d), CUDA_INJECTION64_PATH=str(SHIM), GITM_RING_RECORDS=str(1 << 20))
             env["GITM_SHIM_DETACH"] = "1" if kind == "detach" else "0"
@@ -68,7 +73,7 @@ class Probe:
         line = self.p.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"probe did not start: {line!r}")
-        if kind != "plain":
+        if kind not in ("plain", "floor"):
             rings = list(self.dir.glob("ring-*.gitm"))
             if len(rings) != 1:
                 raise RuntimeError(f"expected one ring in {self.dir}, found {rings}")
@@ -124,10 +129,12 @@ class Probe:
         assert self.p.stdin is not None
         self.p.stdin.close()
         self.p.wait(60)
+        if self.floor_report is not None and self.floor_report.exists():
+            counts["floor_records"] = int(self.floor_report.read_text())
         return counts
 
 
-CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable")
+CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable", "c_floor")
 
 
 def ratio_interval(a: list[float], b: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
@@ -151,7 +158,11 @@ def main() -> int:
         default="kernel,memcpy,memset,sync,memory",
         help="activity kinds a window turns on (compare kernel alone against all)",
     )
-    ap.add_argument("--kinds", default="plain,detach,disable", help="process kinds to rotate")
+    ap.add_argument(
+        "--kinds",
+        default="plain,detach,disable",
+        help="process kinds to rotate; 'floor': CUPTI alone with kernel activity on (libcupti_floor.so)",
+    )
     ap.add_argument("--workloads", default="launch,train")
     args = ap.parse_args()
     window_mask = sum(KIND_BITS[k] for k in args.window_kinds.split(","))
@@ -160,8 +171,9 @@ def main() -> int:
             del WORKLOADS[w]
     if len(os.sched_getaffinity(0)) < 4:
         os.environ.setdefault("GITM_BENCH_CPUS", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))))
-    if not SHIM.exists():
-        raise SystemExit(f"{SHIM} is missing: make -C shim")
+    for lib in (SHIM, FLOOR) if "floor" in args.kinds.split(",") else (SHIM,):
+        if not lib.exists():
+            raise SystemExit(f"{lib} is missing: make -C shim")
     tmp = Path(tempfile.mkdtemp(prefix="gitm-overhead-"))
     samples: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
     extra: list[dict[str, float]] = []
@@ -172,10 +184,10 @@ def main() -> int:
         for kind in order:
             probe = Probe(kind, tmp, window_mask)
             per: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
-            if kind == "plain":
+            if kind in ("plain", "floor"):
                 for _ in range(args.inner):
                     for w, (cmd, n, _) in WORKLOADS.items():
-                        per[w]["a"].append(probe.run(cmd, n))
+                        per[w]["a" if kind == "plain" else "c_floor"].append(probe.run(cmd, n))
             else:
                 for _ in range(args.inner):
                     for w, (cmd, n, _) in WORKLOADS.items():
@@ -252,6 +264,26 @@ def main() -> int:
                 f"{w}: (b) closed, detach, over (a): 95% interval {100 * (lo - 1):+.2f}% .. "
                 f"{100 * (hi - 1):+.2f}% ({len(a_s)} + {len(b_s)} processes)"
             )
+    # CUPTI alone: the open-window cost no shim could go below (kernel activity on, records walked)
+    for w, (_, _, unit) in WORKLOADS.items():
+        fl, a_s, c_s = samples[w]["c_floor"], samples[w]["a"], samples[w]["c_detach"]
+        if len(fl) >= 2 and len(a_s) >= 2:
+            f_lo, f_hi = ratio_interval(a_s, fl)
+            med = {k: statistics.median(v) for k, v in (("a", a_s), ("floor", fl), ("c", c_s)) if v}
+            result[w]["floor_interval"] = [f_lo, f_hi]  # type: ignore[index]
+            line = (
+                f"{w}: CUPTI alone (kernel activity) {med['floor']:.3f} {unit}, over (a) "
+                f"{100 * (med['floor'] / med['a'] - 1):+.1f}% "
+                f"(95% {100 * (f_lo - 1):+.1f}% .. {100 * (f_hi - 1):+.1f}%)"
+            )
+            if len(c_s) >= 2:
+                c_lo, c_hi = ratio_interval(fl, c_s)
+                result[w]["open_over_floor_interval"] = [c_lo, c_hi]  # type: ignore[index]
+                line += (
+                    f"; the shim's open window over it {100 * (med['c'] / med['floor'] - 1):+.1f}% "
+                    f"(95% {100 * (c_lo - 1):+.1f}% .. {100 * (c_hi - 1):+.1f}%)"
+                )
+            print(line)
     lat = [e["window_open_ms_median"] for e in extra if "window_open_ms_median" in e]
     if lat:
         print(f"window open, request to acknowledgement: median {statistics.median(lat):.1f} ms")

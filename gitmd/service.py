@@ -150,6 +150,9 @@ class Service:
         self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
         # job id -> (window id, its causes above threshold, the previous window's)
         self._trial_causes: dict[str, tuple[int, set[str], set[str]]] = {}
+        # workload id -> the causes of its latest window, whichever run it was in: a run too short
+        # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
+        self._workload_causes: dict[str, set[str]] = {}
         self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
@@ -395,13 +398,17 @@ class Service:
         tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
         # A trial costs the workload's next runs: plan only for a cause seen in two windows in a
-        # row of this run (one window can be start-up: a model's weights copied from pageable
-        # memory once look like a pageable-copy cause).
+        # row (one window can be start-up: a model's weights copied from pageable memory once look
+        # like a pageable-copy cause) — of this run, or for its first window, the previous run's
+        # last one (runs shorter than two windows are common: a 15-s job gets a short first window
+        # and one full window).
         now = {c.name for c in report.causes if c.above_threshold}
+        first = job_id not in self._trial_causes
         wid, seen, earlier = self._trial_causes.get(job_id, (-1, set(), set()))
         if wid != report.window_id:
-            earlier = seen  # the previous window's causes
+            earlier = self._workload_causes.get(job.workload_id, set()) if first else seen
             self._trial_causes[job_id] = (report.window_id, now, earlier)
+            self._workload_causes[job.workload_id] = now
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier:
                 continue

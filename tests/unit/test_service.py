@@ -354,6 +354,46 @@ def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row
     assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
 
 
+def test_a_run_too_short_for_two_windows_pairs_its_first_with_the_previous_runs_last(tmp_path: Path) -> None:
+    """fp32_mlp on the H200 (2026-12-03): 15-s runs, a short first window in start-up and one full
+    window each; no run ever saw the cause twice, so no trial was planned in two launches."""
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import LEVERS, Cause
+    from gitmd.experiments.equivalence import Check, Contract
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "train")
+    contract = Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2),))
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+
+    def run() -> str:
+        view, _ = svc.register_job(dataclasses_replace(reg, contract=contract))
+        assert svc.jobs.get(view.job.id).workload_id == wid
+        return view.job.id
+
+    def window(job_id: str, n: int, *names: str) -> None:
+        causes = [Cause(c, 1e6, 0.5, 0.7, ("x",), LEVERS[c], True) for c in names]
+        svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
+        svc._maybe_plan_trial(job_id)
+
+    first = run()
+    window(first, 1, "pageable_copy")  # start-up
+    window(first, 2, "fp32_gemm")  # its last window
+    svc.report_exit(first, 0)
+    second = run()
+    window(second, 3, "pageable_copy")  # start-up again: not in the previous run's last window
+    assert svc.trials.of_workload(wid) == []
+    third = run()
+    window(third, 4, "fp32_gemm")  # paired with the second run's last window: no
+    assert svc.trials.of_workload(wid) == []
+    svc.report_exit(third, 0)
+    fourth = run()
+    window(fourth, 5, "fp32_gemm")  # its first window, paired with the third run's last
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
+
+
 def test_runs_a_restarted_gitmd_cannot_measure_are_closed_without_a_step_time(tmp_path: Path) -> None:
     from gitmd.levers.registry import make
 
