@@ -1,12 +1,18 @@
 /* CUPTI's own cost, for bench/shim_overhead.py: an injection library that does nothing but what
- * any CUPTI kernel trace must do — CONCURRENT_KERNEL activity on from the start, 4 MB host buffers,
- * every completed record walked and dropped. No ring, no callbacks, no control thread. Its slowdown
- * of a launch-bound loop is the floor under the shim's open-window cost. */
+ * any CUPTI kernel trace must do — CONCURRENT_KERNEL activity on, 4 MB host buffers, every completed
+ * record walked and dropped. No ring, no callbacks, no control page. Its slowdown of a launch-bound
+ * loop is the floor under the shim's open-window cost.
+ * GITM_FLOOR_CONTROL=FILE: activity stays off until FILE holds "1" (polled every millisecond by a
+ * thread of ours), then on for the rest of the process, acknowledged by writing FILE.ack; so one
+ * process measures itself off (CUPTI loaded, nothing enabled) and on. Without it: on from the start.
+ * GITM_FLOOR_REPORT=FILE: the number of records walked, written at exit. */
 #define _POSIX_C_SOURCE 200809L
 #include <cupti.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define BUFFER_BYTES (4u << 20)
 
@@ -40,10 +46,42 @@ static void report(void)
     }
 }
 
+static void *control(void *arg)
+{
+    const char *path = arg;
+    struct timespec ms = {0, 1000000};
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        int on = f && fgetc(f) == '1';
+        if (f)
+            fclose(f);
+        if (on)
+            break;
+        nanosleep(&ms, NULL);
+    }
+    CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    char ack[4096];
+    snprintf(ack, sizeof ack, "%s.ack", path);
+    FILE *f = fopen(ack, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)r);
+        fclose(f);
+    }
+    return NULL;
+}
+
 __attribute__((visibility("default"))) int InitializeInjection(void)
 {
-    if (cuptiActivityRegisterCallbacks(requested, completed) == CUPTI_SUCCESS &&
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS)
-        atexit(report);
+    if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS)
+        return 1;
+    atexit(report);
+    const char *ctl = getenv("GITM_FLOOR_CONTROL");
+    pthread_t t;
+    if (ctl && *ctl) {
+        if (pthread_create(&t, NULL, control, (void *)ctl) == 0)
+            pthread_detach(t);
+    } else {
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
     return 1;
 }

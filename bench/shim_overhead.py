@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,9 +59,14 @@ class Probe:
         self.open_s = 0.0
         self._opened = 0.0
         self.floor_report: Path | None = None
-        if kind == "floor":  # kernel activity on from the start, nothing of ours: CUPTI's own cost
-            self.floor_report = Path(tempfile.mkdtemp(dir=tmp)) / "records"
-            env.update(CUDA_INJECTION64_PATH=str(FLOOR), GITM_FLOOR_REPORT=str(self.floor_report))
+        if kind == "floor":  # kernel activity switched on once, nothing of ours: CUPTI's own cost
+            d = Path(tempfile.mkdtemp(dir=tmp))
+            self.floor_report, self.floor_control = d / "records", d / "control"
+            env.update(
+                CUDA_INJECTION64_PATH=str(FLOOR),
+                GITM_FLOOR_REPORT=str(self.floor_report),
+                GITM_FLOOR_CONTROL=str(self.floor_control),
+            )
         elif kind != "plain":
             d = Path(tempfile.mkdtemp(dir=tmp))
             env.update(GITM_JOB_DIR=str(d), CUDA_INJECTION64_PATH=str(SHIM), GITM_RING_RECORDS=str(1 << 20))
@@ -85,6 +91,21 @@ class Probe:
         self.run("launch", 2000)
         self.run("train", 5)
         self.window(False)
+
+    def floor_on(self) -> None:
+        """CUPTI alone: kernel activity on for the rest of the process (bench/cupti_floor.c), warmed
+        up as a first window is."""
+        self.floor_control.write_text("1")
+        ack = self.floor_control.with_name("control.ack")
+        deadline = time.monotonic() + 30
+        while not ack.exists() or not ack.read_text().strip():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the floor library did not switch kernel activity on")
+            time.sleep(0.001)
+        if ack.read_text().strip() != "0":
+            raise RuntimeError(f"cuptiActivityEnable failed: {ack.read_text().strip()}")
+        self.run("launch", 2000)
+        self.run("train", 5)
 
     def run(self, cmd: str, n: int) -> float:
         assert self.p.stdin is not None and self.p.stdout is not None
@@ -134,7 +155,7 @@ class Probe:
         return counts
 
 
-CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable", "c_floor")
+CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable", "b0_floor", "c_floor")
 
 
 def ratio_interval(a: list[float], b: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
@@ -144,6 +165,14 @@ def ratio_interval(a: list[float], b: list[float], n: int = 10_000, seed: int = 
     ma = np.median(rng.choice(aa, (n, len(aa))), axis=1)
     mb = np.median(rng.choice(bb, (n, len(bb))), axis=1)
     lo, hi = np.percentile(mb / ma, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def bootstrap_median(x: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the median of x."""
+    rng = np.random.default_rng(seed)
+    med = np.median(rng.choice(np.asarray(x), (n, len(x))), axis=1)
+    lo, hi = np.percentile(med, [2.5, 97.5])
     return float(lo), float(hi)
 
 
@@ -184,10 +213,17 @@ def main() -> int:
         for kind in order:
             probe = Probe(kind, tmp, window_mask)
             per: dict[str, dict[str, list[float]]] = {w: {c: [] for c in CONDS} for w in WORKLOADS}
-            if kind in ("plain", "floor"):
+            if kind == "plain":
                 for _ in range(args.inner):
                     for w, (cmd, n, _) in WORKLOADS.items():
-                        per[w]["a" if kind == "plain" else "c_floor"].append(probe.run(cmd, n))
+                        per[w]["a"].append(probe.run(cmd, n))
+            elif kind == "floor":  # off, then on: CUPTI cannot be switched off again cleanly
+                for cond in ("b0_floor", "c_floor"):
+                    if cond == "c_floor":
+                        probe.floor_on()
+                    for _ in range(args.inner):
+                        for w, (cmd, n, _) in WORKLOADS.items():
+                            per[w][cond].append(probe.run(cmd, n))
             else:
                 for _ in range(args.inner):
                     for w, (cmd, n, _) in WORKLOADS.items():
@@ -202,7 +238,7 @@ def main() -> int:
                         probe.window(False)
                         seen[w][0] += probe.kernels_seen - k0
                         seen[w][1] += probe.open_s - s0
-            extra.append({"kind": kind, **probe.close()})  # type: ignore[dict-item]
+            extra.append({"kind": kind, **probe.close()})
             for w in WORKLOADS:
                 for cond, vals in per[w].items():
                     if vals:
@@ -213,7 +249,7 @@ def main() -> int:
             )
             print(f"repeat {rep + 1}/{args.repeats} {kind}: {shown}", flush=True)
     window_s, period_s = (float(x) for x in args.duty.split(","))
-    result: dict[str, object] = {}
+    result: dict[str, Any] = {}
     print(
         f"\nshim overhead, median of {args.repeats} processes per kind, {args.inner} runs per condition each"
     )
@@ -259,31 +295,31 @@ def main() -> int:
         a_s, b_s = samples[w]["a"], samples[w]["b_detach"]
         if len(a_s) >= 2 and len(b_s) >= 2:
             lo, hi = ratio_interval(a_s, b_s)
-            result[w]["closed_detach_interval"] = [lo, hi]  # type: ignore[index]
+            result[w]["closed_detach_interval"] = [lo, hi]
             print(
                 f"{w}: (b) closed, detach, over (a): 95% interval {100 * (lo - 1):+.2f}% .. "
                 f"{100 * (hi - 1):+.2f}% ({len(a_s)} + {len(b_s)} processes)"
             )
-    # CUPTI alone: the open-window cost no shim could go below (kernel activity on, records walked)
-    for w, (_, _, unit) in WORKLOADS.items():
-        fl, a_s, c_s = samples[w]["c_floor"], samples[w]["a"], samples[w]["c_detach"]
-        if len(fl) >= 2 and len(a_s) >= 2:
-            f_lo, f_hi = ratio_interval(a_s, fl)
-            med = {k: statistics.median(v) for k, v in (("a", a_s), ("floor", fl), ("c", c_s)) if v}
-            result[w]["floor_interval"] = [f_lo, f_hi]  # type: ignore[index]
-            line = (
-                f"{w}: CUPTI alone (kernel activity) {med['floor']:.3f} {unit}, over (a) "
-                f"{100 * (med['floor'] / med['a'] - 1):+.1f}% "
-                f"(95% {100 * (f_lo - 1):+.1f}% .. {100 * (f_hi - 1):+.1f}%)"
+    # Within a process (its own placement and clocks, the spread between processes gone): the open
+    # window over the closed one, and CUPTI alone on over off — the floor no CUPTI capture goes below
+    for w in WORKLOADS:
+        for label, on, off in (
+            ("the shim, (c) open over (b) closed, detach", "c_detach", "b_detach"),
+            ("CUPTI alone (kernel activity), on over off", "c_floor", "b0_floor"),
+        ):
+            pairs = [c / b for c, b in zip(samples[w][on], samples[w][off], strict=False) if b]
+            if len(pairs) < 2:
+                continue
+            lo, hi = bootstrap_median(pairs)
+            result[w][f"within_{on}_over_{off}"] = {
+                "ratios": pairs,
+                "median": statistics.median(pairs),
+                "ci95": [lo, hi],
+            }
+            print(
+                f"{w}: {label}, within each process: median {100 * (statistics.median(pairs) - 1):+.1f}% "
+                f"(95% {100 * (lo - 1):+.1f}% .. {100 * (hi - 1):+.1f}%, {len(pairs)} processes)"
             )
-            if len(c_s) >= 2:
-                c_lo, c_hi = ratio_interval(fl, c_s)
-                result[w]["open_over_floor_interval"] = [c_lo, c_hi]  # type: ignore[index]
-                line += (
-                    f"; the shim's open window over it {100 * (med['c'] / med['floor'] - 1):+.1f}% "
-                    f"(95% {100 * (c_lo - 1):+.1f}% .. {100 * (c_hi - 1):+.1f}%)"
-                )
-            print(line)
     lat = [e["window_open_ms_median"] for e in extra if "window_open_ms_median" in e]
     if lat:
         print(f"window open, request to acknowledgement: median {statistics.median(lat):.1f} ms")
