@@ -65,6 +65,10 @@ class CaptureConfig:
     # a job's first duty window: this long (at most window_duration_s), since its launch rate, and
     # so what a full window costs it, is unknown until a window has seen it; 0: as long as the others
     first_window_s: float = 0.25
+    # until a window has found the job's step (start-up; a launch trial's run not yet measured), its
+    # windows come this often, budget permitting, not a full period apart: a run shorter than the
+    # period would otherwise end unmeasured; 0: as often as the others
+    startup_every_s: float = 5.0
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
@@ -340,6 +344,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "window_every_s": _nonneg_float,
         "window_duration_s": _positive_float,
         "first_window_s": _nonneg_float,
+        "startup_every_s": _nonneg_float,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
         "context_interval_ms": _int_range(5, 10_000),

@@ -18,6 +18,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitmd import __version__, sdnotify
 from gitmd.capture import abi as capture_abi
+from gitmd.capture import duty
 from gitmd.capture.context import ContextSampler
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
@@ -131,7 +132,10 @@ class Daemon:
                 )
             if capture is not None and cfg.capture.window_every_s > 0:
                 scheduler.add_job(
-                    self.service.duty_cycle, "interval", seconds=cfg.capture.window_every_s, id=DUTY_JOB_ID
+                    self.service.duty_cycle,
+                    "interval",
+                    seconds=min(cfg.capture.window_every_s, duty.TICK_S),
+                    id=DUTY_JOB_ID,
                 )
             self._on_stop("watchers", self.service.shutdown)
             authority = TokenAuthority(cfg.access.token_ttl_s)

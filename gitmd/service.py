@@ -154,6 +154,7 @@ class Service:
         # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
         self._workload_causes: dict[str, set[str]] = {}
         self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
+        self._steady: set[str] = set()  # jobs a window has found the step of
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
@@ -604,6 +605,18 @@ class Service:
         jc = self.capture.get(job_id)
         if jc is None:
             return
+        unmeasured = job_id in self._trial_runs and not self._run_steps.get(job_id)
+        if (
+            c.startup_every_s > 0
+            and (job_id not in self._steady or unmeasured)
+            and jc.windows < duty.STARTUP_WINDOWS
+        ):
+            # start-up (or a trial's run with no step time yet): the next window comes soon,
+            # within the budget, rather than a period later — the run may end before then
+            soon = duty.next_period(
+                kernels, window_s, c.startup_every_s, c.overhead_budget, c.launch_cost_us, c.window_duration_s
+            )
+            period = min(period, soon)
         if period > c.window_every_s and abs(period - jc.period_s) > 0.1 * period:
             log.info(
                 "job %s: %.0f kernel launches/s; a window every %.0f s keeps capture within %.1f%%",
@@ -613,8 +626,8 @@ class Service:
                 100 * c.overhead_budget,
             )
         jc.period_s = period
-        # the duty tick runs every window_every_s: due half a tick early so a period is never skipped
-        jc.next_due_mono = time.monotonic() + period - c.window_every_s / 2
+        # due half a tick early, so that a period is never a tick late
+        jc.next_due_mono = time.monotonic() + period - min(c.window_every_s, duty.TICK_S) / 2
         if probe and period <= c.window_every_s:
             with self._exp_lock:
                 busy = job_id in self._exp_running  # its experiment opens the windows it needs
@@ -656,6 +669,7 @@ class Service:
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)
         self._trial_causes.pop(job_id, None)
+        self._steady.discard(job_id)
         self._history.pop(job_id, None)
         self._newest.pop(job_id, None)
         self._reports.pop(job_id, None)
@@ -670,6 +684,8 @@ class Service:
         job = self.jobs.get(window.job_id)
         if steps is not None:
             self._steps[window.job_id] = steps
+            if steps.stats.found and steps.stats.steps > 0:
+                self._steady.add(window.job_id)
             if window.job_id in self._trial_runs and steps.stats.found and steps.stats.steps > 0:
                 per_step = (window.end_real_ns - window.start_real_ns) / 1e6 / steps.stats.steps
                 self._run_steps.setdefault(window.job_id, []).append(per_step)

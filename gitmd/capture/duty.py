@@ -5,6 +5,9 @@ bench/results/2026-12-02-shim-h200.md), so a job launching R kernels per second 
 R x cost slower during the window. Its amortised overhead is that fraction times window/period;
 the period is stretched until it fits the budget, never shortened below the configured one.
 
+Until a window has found the job's step (start-up, or a launch trial's run not yet measured), the
+period's floor is ``capture.startup_every_s`` rather than the configured period.
+
 A job's first window is short (``capture.first_window_s``): until a window has seen the job, its
 launch rate is unknown, and a full window on a launch-bound job would be the whole overhead of a
 short run. From what the short one saw, the full window comes at once when it fits the budget at
@@ -14,6 +17,13 @@ the configured period, else after the stretched period.
 from __future__ import annotations
 
 MAX_PERIOD_S = 3600.0
+# The duty tick only opens windows that are due (each job has its own period): it runs this often,
+# so that a new job's first window comes within a second of its first CUDA call, not up to a period
+# later (a 15-s job could end before it).
+TICK_S = 1.0
+# At most this many windows of a job at the start-up pace: each opening re-attaches CUPTI, which is
+# not free on a large program, and a job can stay without a repeating step for long (loading data).
+STARTUP_WINDOWS = 6
 
 
 def slowdown_in_window(kernels: int, window_s: float, launch_cost_us: float) -> float:

@@ -165,6 +165,56 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
         assert jc.next_due_mono > time.monotonic() + 60
 
 
+def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A 15-s job (fp32_mlp, H200 2026-12-03) had its windows in start-up and none after: until a
+    window finds the step, the next comes after startup_every_s (budget permitting), at most
+    STARTUP_WINDOWS times; a found step restores the configured period. Real H200 windows."""
+    import dataclasses
+
+    from gitmd.capture import capture_file, duty
+    from gitmd.config import ExperimentsConfig
+
+    svc = make_service(tmp_path)
+    svc.config = dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False))
+    c = svc.config.capture
+    assert 0 < c.startup_every_s < c.window_every_s
+    view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    svc.get_job(view.job.id)
+    steady = capture_file.loads(
+        Path(__file__).resolve().parents[1] / "fixtures" / "planted" / "bf16-n8192.w2.npz"
+    )
+    startup = dataclasses.replace(steady, processes=())  # CUDA up, no kernels yet
+    shown = [startup]
+    svc.capture.capture = lambda job_id, duration_s: dataclasses.replace(shown[0], job_id=job_id)  # type: ignore[union-attr,method-assign]
+    submitted: list[str] = []
+    svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    svc._duty_window(view.job.id)  # the short first window: start-up
+    assert jc.period_s == c.startup_every_s and submitted == [view.job.id]  # the full one at once
+    svc._duty_window(view.job.id)  # the full window: still start-up
+    assert jc.period_s == c.startup_every_s and submitted == [view.job.id]
+    shown[0] = steady
+    svc._duty_window(view.job.id)  # the step found
+    assert jc.period_s == c.window_every_s
+    # a job that never shows a step: the start-up pace for STARTUP_WINDOWS windows only
+    other, other_plan = svc.register_job(Registration("idle", ("prog",), "/", os.getuid(), os.getgid()))
+    ring = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+    (Path(other_plan.env["GITM_JOB_DIR"]) / ring.name).write_bytes(ring.read_bytes())
+    svc.get_job(other.job.id)
+    jo = svc.capture.get(other.job.id)  # type: ignore[union-attr]
+    assert jo is not None
+    shown[0] = startup
+    svc._duty_window(other.job.id)
+    assert jo.period_s == c.startup_every_s
+    jo.windows = duty.STARTUP_WINDOWS
+    svc._duty_window(other.job.id)
+    assert jo.period_s == c.window_every_s
+
+
 def _recurring(svc: Service, key: str) -> str:
     import json as _json
 
