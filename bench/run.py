@@ -59,6 +59,7 @@ port = 0
 window_every_s = 2
 window_duration_s = 1.0
 """
+CONTROL_S = 60.0  # how long a control runs under gitmd
 MAX_LAUNCHES = 16  # two launch trials of 6 runs, the runs that plan them, the recurring one
 
 
@@ -66,12 +67,12 @@ def gitmctl(g: Gitmd, *args: str) -> list[str]:
     return [PY, "-m", "gitmctl", "--socket", str(g.socket), *args]
 
 
-def job_cmd(g: Gitmd, w: Workload, *extra: str) -> list[str]:
+def job_cmd(g: Gitmd, w: Workload, *extra: str, args: list[str] | None = None) -> list[str]:
     cmd = [
         *gitmctl(g, "run", *extra, "--metric", w.metric, "--rtol", str(w.rtol), "--"),
         PY,
         str(oracle.W / w.script),
-        *w.args,
+        *(w.args if args is None else args),
     ]
     return ["taskset", "-c", CONTENDED_CPUS, *cmd] if w.contended else cmd
 
@@ -99,7 +100,12 @@ def live(g: Gitmd, w: Workload) -> dict[str, Any]:
 
 def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
     before = {j.id for j in jobs(g) if not j.background}
-    proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a control runs long enough for gitmd to look and try (its suite arguments are the oracle's
+    # short runs: 1.4 s of steps for cnn, over before a second window)
+    args = timed_args(w, CONTROL_S) if w.mode == "control" else None
+    proc = subprocess.Popen(
+        job_cmd(g, w, args=args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     t0 = time.time()
     job_id, decided = "", None
     deadline = time.monotonic() + w.live_seconds
@@ -135,6 +141,7 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
         "decision_s": (first / 1e9 - t0) if first else None,
         "baseline_ms": statistics.median(base) if base else None,
         "program_step_ms": step_ms(out),
+        "program_steps": int(n[-1]) if (n := re.findall(r"\bsteps=(\d+)", out)) else None,
         **recurring,
     }
 

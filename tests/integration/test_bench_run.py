@@ -42,6 +42,12 @@ def test_bench_run_live_and_launch_rows_on_a_cpu_program(short_tmp: Path) -> Non
             g, Workload("cpu", str(prog), (), "none", "live", r"loss=(\S+)", 1e-6, (), live_seconds=3)
         )
         assert live["promoted"] == [] and live["job_id"]
+        # a control runs for CONTROL_S under gitmd, whatever its suite arguments (the oracle's)
+        ctl = bench_run.live(
+            g, Workload("cpu", str(prog), ("--steps", "3"), "none", "control", r"loss=(\S+)", 1e-6, ())
+        )
+        assert ctl["promoted"] == [] and ctl["program_step_ms"] and ctl["job_id"]
+        assert ctl["program_steps"] > 3  # timed (0.6 s of 10-ms steps here), not the suite's 3 steps
         co = short_tmp / "co.py"
         co.write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
         w_co = Workload(
