@@ -3,7 +3,7 @@
 #   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
-# A scoreboard part too long for one call (transformer: 4 settings x 6 oracle runs): run
+# A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
 # BENCH_ARGS=--oracle-only first, commit OUT/<workload>-oracle.json under bench/results/, then
 # BENCH_ARGS="--oracle-from bench/results/<dir> --no-overhead" in the next call.
 #   (default: the first three)
