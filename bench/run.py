@@ -32,6 +32,7 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,20 +110,22 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
     t0 = time.time()
     job_id, decided = "", None
     deadline = time.monotonic() + w.live_seconds
-    while time.monotonic() < deadline and proc.poll() is None and decided is None:
-        new = [j for j in jobs(g) if j.id not in before and not j.background]
-        if new:
-            job_id = new[0].id
-            exps = experiments(g, job_id)
-            done = [e for e in exps if e.state in ("promoted", "reverted", "failed")]
-            # a reverted lever is followed by the cause's next one: only a promotion ends the run early
-            if any(e.state == "promoted" for e in done) and not [
-                e for e in exps if e.state in ("baseline", "treatment")
-            ]:
-                decided = done
-                break
-        time.sleep(1)
-    proc.terminate()
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and decided is None:
+            new = [j for j in jobs(g) if j.id not in before and not j.background]
+            if new:
+                job_id = new[0].id
+                exps = experiments(g, job_id)
+                done = [e for e in exps if e.state in ("promoted", "reverted", "failed")]
+                # a reverted lever is followed by the cause's next one: only a promotion ends it early
+                if any(e.state == "promoted" for e in done) and not [
+                    e for e in exps if e.state in ("baseline", "treatment")
+                ]:
+                    decided = done
+                    break
+            time.sleep(1)
+    finally:
+        proc.terminate()  # also when the scoreboard is stopped
     out, _ = proc.communicate(timeout=60)
     if not job_id:  # it ended before the first look
         job_id = next((j.id for j in jobs(g) if j.id not in before and not j.background), "")
@@ -457,6 +460,23 @@ def main() -> int:
         if missing:
             p.error(f"no oracle in {a.oracle_from} for {', '.join(missing)} (run --oracle-only first)")
     rows = []
+    # a call's time limit (timeout sends SIGTERM): unwind, so that the daemon is stopped and its log
+    # copied, and the rows done so far are written (fp32_mlp, 2026-12-03: its log was lost that way)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        _parts(a, workloads, rows)
+    except SystemExit:
+        print(f"stopped by SIGTERM: {len(rows)} part(s) done", file=sys.stderr, flush=True)
+        if rows:
+            _write(a, rows, host)
+        raise
+    if a.oracle_only:
+        return 0
+    _write(a, rows, host)
+    return 0
+
+
+def _parts(a: argparse.Namespace, workloads: list[Workload], rows: list[dict[str, Any]]) -> None:
     for w in workloads:
         print(f"== {w.name} ({w.mode}): {w.headroom}", file=sys.stderr, flush=True)
         orc: dict[str, Any] | None = None
@@ -497,8 +517,9 @@ def main() -> int:
         rows.append(score(w, got, orc))
         if orc is not None:
             rows[-1]["oracle"] = orc
-    if a.oracle_only:
-        return 0
+
+
+def _write(a: argparse.Namespace, rows: list[dict[str, Any]], host: str) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     stem = (
         a.out / f"{datetime.date.today()}-h200"
@@ -509,7 +530,6 @@ def main() -> int:
     Path(f"{stem}.md").write_text(md)
     Path(f"{stem}.json").write_text(json.dumps(rows, indent=1, default=str))
     print(md)
-    return 0
 
 
 if __name__ == "__main__":
