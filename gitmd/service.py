@@ -606,17 +606,24 @@ class Service:
         if jc is None:
             return
         unmeasured = job_id in self._trial_runs and not self._run_steps.get(job_id)
-        if (
-            c.startup_every_s > 0
-            and (job_id not in self._steady or unmeasured)
-            and jc.windows < duty.STARTUP_WINDOWS
-        ):
-            # start-up (or a trial's run with no step time yet): the next window comes soon,
-            # within the budget, rather than a period later — the run may end before then
-            soon = duty.next_period(
-                kernels, window_s, c.startup_every_s, c.overhead_budget, c.launch_cost_us, c.window_duration_s
-            )
-            period = min(period, soon)
+        if c.startup_every_s > 0 and jc.windows < duty.STARTUP_WINDOWS:
+            if unmeasured:
+                # a launch trial's run exists to be measured, and a spoiled one costs the workload a
+                # whole run (fp32_mlp, 2026-12-03: 12 runs for 3 pairs): windows back to back until
+                # one has its step time (its start-up windows see few launches, so cost little)
+                period = min(period, duty.TICK_S)
+            elif job_id not in self._steady:
+                # start-up: the next window comes soon, within the budget, rather than a period
+                # later — the run may end before then
+                soon = duty.next_period(
+                    kernels,
+                    window_s,
+                    c.startup_every_s,
+                    c.overhead_budget,
+                    c.launch_cost_us,
+                    c.window_duration_s,
+                )
+                period = min(period, soon)
         if period > c.window_every_s and abs(period - jc.period_s) > 0.1 * period:
             log.info(
                 "job %s: %.0f kernel launches/s; a window every %.0f s keeps capture within %.1f%%",

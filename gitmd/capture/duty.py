@@ -5,8 +5,10 @@ bench/results/2026-12-02-shim-h200.md), so a job launching R kernels per second 
 R x cost slower during the window. Its amortised overhead is that fraction times window/period;
 the period is stretched until it fits the budget, never shortened below the configured one.
 
-Until a window has found the job's step (start-up, or a launch trial's run not yet measured), the
-period's floor is ``capture.startup_every_s`` rather than the configured period.
+Until a window has found the job's step (start-up), the period's floor is
+``capture.startup_every_s`` rather than the configured period; a launch trial's run gets its windows
+back to back until one has measured its step (a run spoiled costs the workload a whole run). Both
+for at most STARTUP_WINDOWS windows.
 
 A job's first window is short (``capture.first_window_s``): until a window has seen the job, its
 launch rate is unknown, and a full window on a launch-bound job would be the whole overhead of a

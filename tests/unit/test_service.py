@@ -213,6 +213,18 @@ def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace
     jo.windows = duty.STARTUP_WINDOWS
     svc._duty_window(other.job.id)
     assert jo.period_s == c.window_every_s
+    # a launch trial's run: windows back to back until one measures its step
+    run, run_plan = svc.register_job(Registration("trial", ("prog",), "/", os.getuid(), os.getgid()))
+    (Path(run_plan.env["GITM_JOB_DIR"]) / ring.name).write_bytes(ring.read_bytes())
+    svc.get_job(run.job.id)
+    jr = svc.capture.get(run.job.id)  # type: ignore[union-attr]
+    assert jr is not None
+    svc._trial_runs[run.job.id] = 1
+    svc._duty_window(run.job.id)
+    assert jr.period_s == duty.TICK_S
+    shown[0] = steady
+    svc._duty_window(run.job.id)
+    assert svc._run_steps[run.job.id] and jr.period_s == c.window_every_s
 
 
 def _recurring(svc: Service, key: str) -> str:
