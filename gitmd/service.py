@@ -583,8 +583,10 @@ class Service:
         probe = jc is not None and jc.period_s == 0.0 and 0 < c.first_window_s < duration
         if probe:
             duration = c.first_window_s  # its launch rate is unknown yet: see duty.py
+        period_now = max(jc.period_s if jc is not None else 0.0, c.window_every_s)
+        cap = duty.window_records(period_now, c.overhead_budget, c.launch_cost_us)
         try:
-            w = self.capture.capture(job_id, duration)
+            w = self.capture.capture(job_id, duration, max_records=cap)
         except KeyError:
             return  # the job exited meanwhile
         except Exception:

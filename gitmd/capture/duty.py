@@ -10,6 +10,10 @@ Until a window has found the job's step (start-up), the period's floor is
 back to back until one has measured its step (a run spoiled costs the workload a whole run). Both
 for at most STARTUP_WINDOWS windows.
 
+Each duty window also closes early once its processes have written ``window_records`` records: what
+the budget allows over the period that follows, so that no single window — the full one after a short
+first window that saw only start-up, or one after the job's launch rate rose — costs more than that.
+
 A job's first window is short (``capture.first_window_s``): until a window has seen the job, its
 launch rate is unknown, and a full window on a launch-bound job would be the whole overhead of a
 short run. From what the short one saw, the full window comes at once when it fits the budget at
@@ -26,6 +30,19 @@ TICK_S = 1.0
 # At most this many windows of a job at the start-up pace: each opening re-attaches CUPTI, which is
 # not free on a large program, and a job can stay without a repeating step for long (loading data).
 STARTUP_WINDOWS = 6
+
+
+MIN_WINDOW_RECORDS = 10_000  # a window capped lower could not show a step of a launch-heavy job
+
+
+def window_records(period_s: float, budget: float, launch_cost_us: float) -> int | None:
+    """The most records a duty window may gather: the launches whose cost fits the budget over the
+    period that follows it. The period is stretched from what the last window saw; this bounds the
+    window itself when the job's launch rate is unknown (the full window after a short first one that
+    saw start-up) or has risen since. None: no cap (no budget, or no cost per launch)."""
+    if budget <= 0 or launch_cost_us <= 0 or period_s <= 0:
+        return None
+    return max(MIN_WINDOW_RECORDS, int(budget * period_s / (launch_cost_us * 1e-6)))
 
 
 def slowdown_in_window(kernels: int, window_s: float, launch_cost_us: float) -> float:

@@ -26,6 +26,8 @@ from gitmd.jobs.liveness import ProcessWatcher, start_ticks
 
 log = logging.getLogger(__name__)
 
+CAP_POLL_S = 0.05  # how often a window with a record cap reads its processes' counters
+
 KIND_BITS = {
     "kernel": 1,
     "memcpy": 2,
@@ -179,7 +181,12 @@ class CaptureManager:
         return {pc.ring.pid: str(pc.ring.path) for pc in list(jc.procs.values()) if pc.alive}
 
     # -- windows -------------------------------------------------------------------------------
-    def capture(self, job_id: str, duration_s: float, ack_timeout_s: float = 3.0) -> WindowResult:
+    def capture(
+        self, job_id: str, duration_s: float, ack_timeout_s: float = 3.0, max_records: int | None = None
+    ) -> WindowResult:
+        """One window on every live process of the job. ``max_records``: the window closes early once
+        its processes have written this many records (a duty window's launch budget: a job whose
+        launch rate rose since the last window, or was never seen, cannot cost more than that)."""
         jc = self.get(job_id)
         if jc is None:
             raise KeyError(job_id)
@@ -201,17 +208,28 @@ class CaptureManager:
             sampler = self.context() if self.context is not None else None
             if sampler is not None:
                 sampler.start([pc.ring.pid for pc in live.values()])
+            base = {n: pc.ring.status().records_written for n, pc in live.items()}
             try:
-                deadline = time.monotonic() + duration_s
+                opened = time.monotonic()
+                deadline = opened + duration_s
                 while (left := deadline - time.monotonic()) > 0:
-                    time.sleep(min(left, 0.5))
+                    time.sleep(min(left, 0.5 if max_records is None else CAP_POLL_S))
                     for pc in live.values():
                         pc.ring.heartbeat()
                     self.discover(jc)  # processes started during the window join it
                     for n, pc in jc.procs.items():
                         if n not in live and pc.alive:
                             live[n] = pc
+                            base[n] = pc.ring.status().records_written
                             seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+                    if max_records is not None:
+                        written = sum(pc.ring.status().records_written - base[n] for n, pc in live.items())
+                        if written >= max_records:
+                            notes.append(
+                                f"closed after {time.monotonic() - opened:.2f} s of {duration_s:g} s: "
+                                f"{written} records reached the window's launch budget ({max_records})"
+                            )
+                            break
             finally:  # the sampler thread never outlives its window
                 context = sampler.stop() if sampler is not None else WindowContext.empty()
             notes += context.notes

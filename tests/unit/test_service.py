@@ -139,9 +139,11 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
     svc.get_job(view.job.id)  # its ring seen: the job is tracked
     seen = capture_file.loads(Path(__file__).resolve().parents[1] / "fixtures" / "planted" / fixture)
     asked: list[float] = []
+    caps: list[int | None] = []
 
-    def capture(job_id: str, duration_s: float) -> Any:
+    def capture(job_id: str, duration_s: float, max_records: int | None = None) -> Any:
         asked.append(duration_s)
+        caps.append(max_records)
         return dataclasses.replace(seen, job_id=job_id, window_id=len(asked))
 
     submitted: list[str] = []
@@ -156,6 +158,8 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
         assert submitted == [view.job.id] and jc.period_s == c.window_every_s
         svc._duty_window(view.job.id)  # the full window, from the pool
         assert asked == [c.first_window_s, c.window_duration_s] and submitted == [view.job.id]
+        # capped at what the budget allows over the period: 0.01 x 30 s / 6 us = 50k launches
+        assert caps == [50_000, 50_000]
     else:
         rate = sum(len(p.records.kernels) for p in seen.processes) / (
             (seen.end_real_ns - seen.start_real_ns) / 1e9
@@ -188,7 +192,9 @@ def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace
     )
     startup = dataclasses.replace(steady, processes=())  # CUDA up, no kernels yet
     shown = [startup]
-    svc.capture.capture = lambda job_id, duration_s: dataclasses.replace(shown[0], job_id=job_id)  # type: ignore[union-attr,method-assign]
+    svc.capture.capture = lambda job_id, duration_s, max_records=None: dataclasses.replace(
+        shown[0], job_id=job_id
+    )  # type: ignore[union-attr,method-assign]
     submitted: list[str] = []
     svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]

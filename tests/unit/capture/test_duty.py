@@ -28,3 +28,12 @@ def test_a_short_first_window_sets_the_period_of_the_full_ones() -> None:
     short = next_period(29_000, 0.25, 30.0, 0.01, 6.0, coming_s=2.0)
     assert short == pytest.approx(next_period(232_000, 2.0, 30.0, 0.01, 6.0))
     assert short > 130 and next_period(29_000, 0.25, 30.0, 0.01, 6.0) == 30.0  # as if all were short
+
+
+def test_a_windows_record_cap_is_what_the_budget_allows_over_the_period() -> None:
+    from gitmd.capture.duty import MIN_WINDOW_RECORDS, window_records
+
+    assert window_records(30.0, 0.01, 6.0) == 50_000  # 0.3 s of slowdown at 6 us a launch
+    assert window_records(138.0, 0.01, 6.0) == 230_000  # a stretched period affords a full window
+    assert window_records(2.0, 0.01, 6.0) == MIN_WINDOW_RECORDS  # never too few to show a step
+    assert window_records(30.0, 0.0, 6.0) is None and window_records(30.0, 0.01, 0.0) is None

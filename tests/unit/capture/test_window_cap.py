@@ -1,0 +1,68 @@
+"""A duty window closes early once its processes have written its record cap (the launch budget):
+a ring standing for a live process, its header's records_written advanced by a thread as the shim's
+flushes advance it."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gitmd.capture import abi
+from gitmd.capture.ring import Ring
+from gitmd.capture.windows import CaptureManager
+
+
+def _live_ring(job_dir: Path, write_ring: Callable[..., Path]) -> Path:
+    data = bytearray(write_ring(10, 64).read_bytes())
+    data[40:44] = os.getpid().to_bytes(4, "little")
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    data[48:56] = int(stat[19]).to_bytes(8, "little")
+    path = job_dir / "ring-1-1.gitm"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _flushing(path: Path, per_s: int, stop: threading.Event) -> threading.Thread:
+    """records_written grows at per_s records a second, in 50-ms flushes, as a launch-heavy job's."""
+
+    def run() -> None:
+        ring = Ring(path, abi.load())
+        try:
+            while not stop.wait(0.05):
+                ring.hdr["records_written"] = int(ring.hdr["records_written"]) + per_s // 20
+        finally:
+            ring.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_window_with_a_record_cap_closes_when_its_processes_reach_it(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    path = _live_ring(job_dir, write_ring)
+    mgr = CaptureManager(abi.load(), ("kernel",), 250)
+    mgr.track("j", job_dir)
+    stop = threading.Event()
+    t = _flushing(path, 100_000, stop)  # the H200 launch-bound loop's rate
+    try:
+        t0 = time.monotonic()
+        w = mgr.capture("j", 5.0, ack_timeout_s=0.05, max_records=20_000)
+        took = time.monotonic() - t0
+        assert took < 2.5, took  # ~0.2 s of 100k records/s, not the 5 s asked
+        (note,) = [n for n in w.notes if "launch budget" in n]
+        assert "of 5 s" in note and "(20000)" in note
+        # without a cap the window lasts what was asked
+        t0 = time.monotonic()
+        w = mgr.capture("j", 0.6, ack_timeout_s=0.05)
+        assert time.monotonic() - t0 >= 0.6 and not [n for n in w.notes if "launch budget" in n]
+    finally:
+        stop.set()
+        t.join()
+        mgr.untrack("j")
