@@ -392,6 +392,8 @@ class Service:
             return
         if self.trials.running(job.workload_id) is not None:
             return
+        if not self._settled(job_id):
+            return  # start-up: weights copied from pageable memory for seconds look like a cause
         try:
             report = self.attribution(job_id)
         except GitmdError:
@@ -714,6 +716,14 @@ class Service:
                     job = self.jobs.get(job.id)
         self._publish("window", self._view(job))
         return steps
+
+    def _settled(self, job_id: str) -> bool:
+        """Past start-up: a window has found the job's step, or STARTUP_WINDOWS windows have not
+        (a job whose step is never found is judged on its windows all the same)."""
+        if job_id in self._steady:
+            return True
+        jc = self.capture.get(job_id) if self.capture is not None else None
+        return jc is not None and jc.windows >= duty.STARTUP_WINDOWS
 
     def _changed(self, job_id: str) -> bool:
         """Something gitmd applied is in force on the job: a policy or a launch trial's arm at

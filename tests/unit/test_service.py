@@ -413,6 +413,11 @@ def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row
         svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
         svc._maybe_plan_trial(view.job.id)
 
+    # start-up, before any window found the job's step: its windows do not count, however alike
+    window(-2, "pageable_copy")
+    window(-1, "pageable_copy")
+    assert svc.trials.of_workload(wid) == []
+    svc._steady.add(view.job.id)  # a window found the step
     window(1, "pageable_copy")  # start-up: the weights copied once
     window(2, "fp32_gemm")
     window(2, "fp32_gemm")  # the same window again: still one
@@ -441,6 +446,7 @@ def test_a_run_too_short_for_two_windows_pairs_its_first_with_the_previous_runs_
         return view.job.id
 
     def window(job_id: str, n: int, *names: str) -> None:
+        svc._steady.add(job_id)  # each window here is past start-up
         causes = [Cause(c, 1e6, 0.5, 0.7, ("x",), LEVERS[c], True) for c in names]
         svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
         svc._maybe_plan_trial(job_id)
