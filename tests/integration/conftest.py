@@ -116,6 +116,10 @@ port = {port}
 gpus = 2
 processes = [{{ gpu = 0, pid = 4242, name = "train.py", used_memory_bytes = 1073741824 }}]
 throttle_episodes = [{{ gpu = 1, start_s = 0, duration_s = 3600, reason = "hw_thermal_slowdown" }}]
+[capture]
+# windows only on demand: the duty tick runs every second, and tests count the windows they open
+# (a test of the duty cycle writes its own config)
+window_every_s = 0
 """
 
 
