@@ -10,7 +10,8 @@ Until a window has found the job's step (start-up), the period's floor is
 back to back until one has measured its step (a run spoiled costs the workload a whole run). Both
 for at most STARTUP_WINDOWS windows.
 
-Each duty window also closes early once its processes have written ``window_records`` records: what
+Each duty window also closes early (not before windows.CAP_MIN_S, what its analysis needs) once its
+processes have written ``window_records`` records: what
 the budget allows over the period that follows, so that no single window — the full one after a short
 first window that saw only start-up, or one after the job's launch rate rose — costs more than that.
 

@@ -27,6 +27,9 @@ from gitmd.jobs.liveness import ProcessWatcher, start_ticks
 log = logging.getLogger(__name__)
 
 CAP_POLL_S = 0.05  # how often a window with a record cap reads its processes' counters
+# a capped window lasts at least this long: the Granger tests of host contention need 20 bins of
+# the 25-ms context samples (gitmd/analysis/causality.py), and the window's open takes ~20 ms
+CAP_MIN_S = 0.75
 
 KIND_BITS = {
     "kernel": 1,
@@ -186,7 +189,8 @@ class CaptureManager:
     ) -> WindowResult:
         """One window on every live process of the job. ``max_records``: the window closes early once
         its processes have written this many records (a duty window's launch budget: a job whose
-        launch rate rose since the last window, or was never seen, cannot cost more than that)."""
+        launch rate rose since the last window, or was never seen, cannot cost more than that), but
+        not before CAP_MIN_S (what the window's analysis needs)."""
         jc = self.get(job_id)
         if jc is None:
             raise KeyError(job_id)
@@ -224,7 +228,7 @@ class CaptureManager:
                             seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
                     if max_records is not None:
                         written = sum(pc.ring.status().records_written - base[n] for n, pc in live.items())
-                        if written >= max_records:
+                        if written >= max_records and time.monotonic() - opened >= CAP_MIN_S:
                             notes.append(
                                 f"closed after {time.monotonic() - opened:.2f} s of {duration_s:g} s: "
                                 f"{written} records reached the window's launch budget ({max_records})"

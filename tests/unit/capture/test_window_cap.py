@@ -55,7 +55,7 @@ def test_a_window_with_a_record_cap_closes_when_its_processes_reach_it(
         t0 = time.monotonic()
         w = mgr.capture("j", 5.0, ack_timeout_s=0.05, max_records=20_000)
         took = time.monotonic() - t0
-        assert took < 2.5, took  # ~0.2 s of 100k records/s, not the 5 s asked
+        assert 0.75 <= took < 2.5, took  # 20k records in ~0.2 s, but not before CAP_MIN_S; not 5 s
         (note,) = [n for n in w.notes if "launch budget" in n]
         assert "of 5 s" in note and "(20000)" in note
         # without a cap the window lasts what was asked
