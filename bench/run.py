@@ -17,7 +17,7 @@ trial of it).
            (a reverted lever is followed by the cause's next) or the run's time is up
   launch   `gitmctl run` launches of the recurring job while gitmd runs launch trials (a reverted
            trial is followed by the next lever's), until a policy is validated, then one more
-  control  one live run: nothing may be promoted; overhead must stay within 1%
+  control  one live run of CONTROL_S: nothing may be promoted; overhead must stay within 1%
 
 python bench/run.py [--workloads a,b] [--oracle-repeats N] [--out bench/results] [--no-oracle]
 Writes <out>/<date>-h200.md (and .json) with the command, GPU and driver. Each workload is a part
@@ -83,6 +83,12 @@ def step_ms(text: str) -> float | None:
     return float(t[-1]) if t else None
 
 
+def program_steps(text: str) -> int | None:
+    """The steps a program's result line says it ran."""
+    n = re.findall(r"\bsteps=(\d+)", text)
+    return int(n[-1]) if n else None
+
+
 def experiments(g: Gitmd, job_id: str) -> list[Any]:
     return list(g.stub().GetExperiment(pb.GetExperimentRequest(job_id=job_id), timeout=10).experiments)
 
@@ -144,7 +150,7 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
         "decision_s": (first / 1e9 - t0) if first else None,
         "baseline_ms": statistics.median(base) if base else None,
         "program_step_ms": step_ms(out),
-        "program_steps": int(n[-1]) if (n := re.findall(r"\bsteps=(\d+)", out)) else None,
+        "program_steps": program_steps(out),
         **recurring,
     }
 
@@ -255,7 +261,7 @@ def delivered(g: Gitmd, w: Workload, repeats: int = 3, seconds: float = 20.0) ->
                 {
                     "exit": res.returncode,
                     "step_ms": step_ms(res.stdout),
-                    "steps": int(n[-1]) if (n := re.findall(r"\bsteps=(\d+)", res.stdout)) else 0,
+                    "steps": program_steps(res.stdout) or 0,
                     "metric": float(m[-1]) if m else None,
                     "notes": [x for x in res.stderr.splitlines() if "gitmctl run:" in x],
                 }
@@ -462,18 +468,26 @@ def main() -> int:
     rows = []
     # a call's time limit (timeout sends SIGTERM): unwind, so that the daemon is stopped and its log
     # copied, and the rows done so far are written (fp32_mlp, 2026-12-03: its log was lost that way)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _stop)
     try:
         _parts(a, workloads, rows)
-    except SystemExit:
+    except Stopped:
         print(f"stopped by SIGTERM: {len(rows)} part(s) done", file=sys.stderr, flush=True)
         if rows:
             _write(a, rows, host)
-        raise
+        return 143
     if a.oracle_only:
         return 0
     _write(a, rows, host)
     return 0
+
+
+class Stopped(BaseException):
+    """SIGTERM: a BaseException, so that no `except Exception` on the way swallows it."""
+
+
+def _stop(*_: object) -> None:
+    raise Stopped
 
 
 def _parts(a: argparse.Namespace, workloads: list[Workload], rows: list[dict[str, Any]]) -> None:

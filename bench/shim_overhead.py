@@ -39,6 +39,7 @@ from gitmd.capture import duty  # noqa: E402
 from gitmd.capture.ring import Ring  # noqa: E402
 from gitmd.capture.windows import KIND_BITS  # noqa: E402
 from gitmd.config import CaptureConfig  # noqa: E402
+from gitmd.experiments.decide import speedup_interval  # noqa: E402
 
 KERNEL = 1  # GITM_REC_KERNEL
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
@@ -158,22 +159,11 @@ class Probe:
 CONDS = ("a", "b0", "b_detach", "c_detach", "b_disable", "c_disable", "b0_floor", "c_floor")
 
 
-def ratio_interval(a: list[float], b: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of median(b) / median(a), processes resampled."""
-    rng = np.random.default_rng(seed)
-    aa, bb = np.asarray(a), np.asarray(b)
-    ma = np.median(rng.choice(aa, (n, len(aa))), axis=1)
-    mb = np.median(rng.choice(bb, (n, len(bb))), axis=1)
-    lo, hi = np.percentile(mb / ma, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def bootstrap_median(x: list[float], n: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of the median of x."""
-    rng = np.random.default_rng(seed)
-    med = np.median(rng.choice(np.asarray(x), (n, len(x))), axis=1)
-    lo, hi = np.percentile(med, [2.5, 97.5])
-    return float(lo), float(hi)
+def ratio_interval(a: list[float], b: list[float]) -> tuple[float, float]:
+    """95% bootstrap interval of median(b) / median(a), processes resampled (gitmd's own unpaired
+    interval: its experiments' decisions use the same)."""
+    iv = speedup_interval(b, a, paired=False)
+    return iv.low, iv.high
 
 
 def main() -> int:
@@ -301,24 +291,25 @@ def main() -> int:
                 f"{100 * (hi - 1):+.2f}% ({len(a_s)} + {len(b_s)} processes)"
             )
     # Within a process (its own placement and clocks, the spread between processes gone): the open
-    # window over the closed one, and CUPTI alone on over off — the floor no CUPTI capture goes below
+    # window over the closed one, and CUPTI alone on over off — the floor no CUPTI capture goes below.
+    # Paired per process, as gitmd's experiments pair their arms (geometric mean, bootstrap interval).
     for w in WORKLOADS:
         for label, on, off in (
             ("the shim, (c) open over (b) closed, detach", "c_detach", "b_detach"),
             ("CUPTI alone (kernel activity), on over off", "c_floor", "b0_floor"),
         ):
-            pairs = [c / b for c, b in zip(samples[w][on], samples[w][off], strict=False) if b]
-            if len(pairs) < 2:
+            slow, fast = samples[w][on], samples[w][off]
+            if min(len(slow), len(fast)) < 2 or len(slow) != len(fast):
                 continue
-            lo, hi = bootstrap_median(pairs)
+            iv = speedup_interval(slow, fast, paired=True)  # > 1: slower with it on
             result[w][f"within_{on}_over_{off}"] = {
-                "ratios": pairs,
-                "median": statistics.median(pairs),
-                "ci95": [lo, hi],
+                "ratios": [c / b for c, b in zip(slow, fast, strict=True)],
+                "geomean": iv.speedup,
+                "ci95": [iv.low, iv.high],
             }
             print(
-                f"{w}: {label}, within each process: median {100 * (statistics.median(pairs) - 1):+.1f}% "
-                f"(95% {100 * (lo - 1):+.1f}% .. {100 * (hi - 1):+.1f}%, {len(pairs)} processes)"
+                f"{w}: {label}, within each process: {100 * (iv.speedup - 1):+.1f}% "
+                f"(95% {100 * (iv.low - 1):+.1f}% .. {100 * (iv.high - 1):+.1f}%, {len(slow)} processes)"
             )
     lat = [e["window_open_ms_median"] for e in extra if "window_open_ms_median" in e]
     if lat:

@@ -695,9 +695,10 @@ class Service:
         job = self.jobs.get(window.job_id)
         if steps is not None:
             self._steps[window.job_id] = steps
-            if steps.stats.found and steps.stats.steps > 0:
+            found = steps.stats.found and steps.stats.steps > 0
+            if found:
                 self._steady.add(window.job_id)
-            if window.job_id in self._trial_runs and steps.stats.found and steps.stats.steps > 0:
+            if found and window.job_id in self._trial_runs:
                 per_step = (window.end_real_ns - window.start_real_ns) / 1e6 / steps.stats.steps
                 self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)

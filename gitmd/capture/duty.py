@@ -11,9 +11,9 @@ back to back until one has measured its step (a run spoiled costs the workload a
 for at most STARTUP_WINDOWS windows.
 
 Each duty window also closes early (not before windows.CAP_MIN_S, what its analysis needs) once its
-processes have written ``window_records`` records: what
-the budget allows over the period that follows, so that no single window — the full one after a short
-first window that saw only start-up, or one after the job's launch rate rose — costs more than that.
+processes have written ``window_records`` records: what the budget allows over the period that
+follows, so that no single window — the full one after a short first window that saw only start-up,
+or one after the job's launch rate rose — costs more than that.
 
 A job's first window is short (``capture.first_window_s``): until a window has seen the job, its
 launch rate is unknown, and a full window on a launch-bound job would be the whole overhead of a

@@ -109,42 +109,64 @@ class StreamPriority(KnobLever):
         self.send(target, (self._stream(), int(saved["priority"]), 0))
 
 
-class MempoolRelease(KnobLever):
+class _DeviceValueKnob(KnobLever):
+    """A knob on one value of a device's state in the process (args: device ordinal, value, 1 to
+    only read; out[0] the value before): read, set, read back, put back. ``field`` names the value
+    in the setting and in what capture saves; ``resource`` what two levers must not share."""
+
+    field: ClassVar[str]
+    resource: ClassVar[str]
+    default: ClassVar[int]
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"{self.resource}:{self.setting.get('pid')}:{self._device()}"})
+
+    def _device(self) -> int:
+        return int(self.setting.get("device", 0))
+
+    def _want(self) -> int:
+        return int(self.setting.get(self.field, self.default))
+
+    def current(self, target: Target) -> int:
+        return self.send(target, (self._device(), 0, 1))[0]
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {self.field: self.current(target)}
+
+    def apply(self, target: Target) -> None:
+        self.send(target, (self._device(), self._want(), 0))
+
+    def verify(self, target: Target) -> None:
+        now = self.current(target)
+        if now != self._want():
+            raise LeverError(self._mismatch(now))
+
+    def _mismatch(self, now: int) -> str:
+        return f"{self.name}: {self.field} is {now}, not {self._want()}"
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        self.send(target, (self._device(), int(saved[self.field]), 0))
+
+
+class MempoolRelease(_DeviceValueKnob):
     """The release threshold of the device's default memory pool (cudaMallocAsync users): keep
     freed memory in the pool instead of returning it to the driver at every synchronization."""
 
     name = "mempool_release"
     causes = frozenset({"allocator"})
     op_name = "GITM_KNOB_MEMPOOL_RELEASE"
+    field = "bytes"
+    resource = "mempool"
+    default = UINT64
 
-    def resources(self) -> frozenset[str]:
-        return frozenset({f"mempool:{self.setting.get('pid')}:{self.setting.get('device', 0)}"})
-
-    def _device(self) -> int:
-        return int(self.setting.get("device", 0))
-
-    def _want(self) -> int:
-        return int(self.setting.get("bytes", UINT64))
-
-    def capture(self, target: Target) -> dict[str, Any]:
-        return {"bytes": self.send(target, (self._device(), 0, 1))[0]}
-
-    def apply(self, target: Target) -> None:
-        self.send(target, (self._device(), self._want(), 0))
-
-    def verify(self, target: Target) -> None:
-        now = self.send(target, (self._device(), 0, 1))[0]
-        if now != self._want():
-            raise LeverError(f"mempool_release: the pool's threshold is {now}, not {self._want()}")
-
-    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
-        self.send(target, (self._device(), int(saved["bytes"]), 0))
+    def _mismatch(self, now: int) -> str:
+        return f"mempool_release: the pool's threshold is {now}, not {self._want()}"
 
 
 SCHED_NAMES = {0: "auto", 1: "spin", 2: "yield", 4: "blocking sync"}
 
 
-class SyncSpin(KnobLever):
+class SyncSpin(_DeviceValueKnob):
     """Have the process's CUDA context spin in its synchronizations instead of sleeping until the
     driver's interrupt wakes it: a job that synchronizes every step under blocking sync (set by its
     framework or by cudaSetDeviceFlags) pays the wake-up each time while the GPU sits idle. The
@@ -153,40 +175,19 @@ class SyncSpin(KnobLever):
     name = "sync_spin"
     causes = frozenset({"sync_stall"})
     op_name = "GITM_KNOB_CTX_SCHED"
+    field = "sched"
+    resource = "context"
     why: ClassVar[dict[int, str]] = {
         -errno.ESRCH: "the process has no active CUDA context on that device",
         -errno.ENOTSUP: "this driver cannot change a live context's flags (cuCtxSetFlags, CUDA 12.1)",
     }
     SPIN = 1  # CU_CTX_SCHED_SPIN
     SLEEPING = (2, 4)  # CU_CTX_SCHED_YIELD, CU_CTX_SCHED_BLOCKING_SYNC: a wait that sleeps
+    default = SPIN
 
-    def resources(self) -> frozenset[str]:
-        return frozenset({f"context:{self.setting.get('pid')}:{self.setting.get('device', 0)}"})
-
-    def _device(self) -> int:
-        return int(self.setting.get("device", 0))
-
-    def _want(self) -> int:
-        return int(self.setting.get("sched", self.SPIN))
-
-    def current(self, target: Target) -> int:
-        """The context's scheduling flag now (CU_CTX_SCHED_*: 0 auto, 1 spin, 2 yield, 4 blocking)."""
-        return self.send(target, (self._device(), 0, 1))[0]
-
-    def capture(self, target: Target) -> dict[str, Any]:
-        return {"sched": self.current(target)}
-
-    def apply(self, target: Target) -> None:
-        self.send(target, (self._device(), self._want(), 0))
-
-    def verify(self, target: Target) -> None:
-        now = self.current(target)
-        if now != self._want():
-            got, want = SCHED_NAMES.get(now, str(now)), SCHED_NAMES.get(self._want(), str(self._want()))
-            raise LeverError(f"sync_spin: the context waits by {got}, not {want}")
-
-    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
-        self.send(target, (self._device(), int(saved["sched"]), 0))
+    def _mismatch(self, now: int) -> str:
+        got, want = SCHED_NAMES.get(now, str(now)), SCHED_NAMES.get(self._want(), str(self._want()))
+        return f"sync_spin: the context waits by {got}, not {want}"
 
 
 class PinHostBuffer(KnobLever):

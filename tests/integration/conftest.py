@@ -85,7 +85,12 @@ class Daemon:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout_s)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"gitmd did not stop within {timeout_s:g} s:\n{self.log()[-4000:]}"
+            ) from None
 
 
 def ctl(
