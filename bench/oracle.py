@@ -9,9 +9,11 @@ Prints a table; writes per-setting figures (medians, every run's step time, equi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,11 +31,23 @@ PY = sys.executable
 
 
 def hogs(w: Workload) -> subprocess.Popen[bytes] | None:
+    """The contended workload's six busy processes on its cores, in a process group of their own
+    (stop_hogs ends them all: killing the parent alone left its children spinning, H200 2026-12-03)."""
     if not w.contended:
         return None
     return subprocess.Popen(
-        ["taskset", "-c", CONTENDED_CPUS, PY, str(W / "cpu_hog.py"), "--procs", "6", "--seconds", "3600"]
+        ["taskset", "-c", CONTENDED_CPUS, PY, str(W / "cpu_hog.py"), "--procs", "6", "--seconds", "3600"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
     )
+
+
+def stop_hogs(p: subprocess.Popen[bytes] | None) -> None:
+    if p is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def steps_args(w: Workload) -> list[str]:
@@ -149,8 +163,7 @@ def search(w: Workload, repeats: int) -> dict[str, Any]:
             "oracle_setting": (best["lever"] if best and best["speedup"] > 1.0 else "none"),
         }
     finally:
-        if hog is not None:
-            hog.kill()
+        stop_hogs(hog)
 
 
 def main() -> int:

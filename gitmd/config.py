@@ -115,6 +115,9 @@ class ExperimentsConfig:
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
+    # a launch that got its workload's validated policy is not explored further: the library
+    # says the workload is tuned (`gitmctl tune -- CMD` still tries launch levers on request)
+    explore_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "live_levers": _live_levers,
         "launch_levers": _launch_levers,
         "run_rounds": _int_range(3, 50),
+        "explore_known": _bool,
     },
     "access": {
         "read_group": _string,

@@ -390,6 +390,8 @@ class Service:
         job = self.jobs.get(job_id)
         if not cfg.enabled or not job.allow_exploration or not job.workload_id:
             return
+        if self._known(job_id):
+            return
         if self.trials.running(job.workload_id) is not None:
             return
         if not self._settled(job_id):
@@ -726,6 +728,12 @@ class Service:
         jc = self.capture.get(job_id) if self.capture is not None else None
         return jc is not None and jc.windows >= duty.STARTUP_WINDOWS
 
+    def _known(self, job_id: str) -> bool:
+        """The job got its workload's validated policy at launch and, by default, nothing else:
+        the recurring case runs with zero experiment windows (contended and transformer, H200
+        2026-12-03: a launch with the policy was explored again for what remained of its cause)."""
+        return bool(self._policies.get(job_id)) and not self.config.experiments.explore_known
+
     def _changed(self, job_id: str) -> bool:
         """Something gitmd applied is in force on the job: a policy or a launch trial's arm at
         launch, a live experiment or lever now."""
@@ -772,6 +780,10 @@ class Service:
             return  # a run of a launch trial: nothing else may change under it
         job = self.jobs.get(job_id)
         if not job.allow_exploration or job.state not in ("registered", "running"):
+            return
+        if self._known(job_id) or not self._settled(job_id):
+            # start-up is not the job's steady state (transformer, H200 2026-12-03: its first
+            # window looked launch-bound, and a CPU experiment ran on its start-up)
             return
         try:
             report = self.attribution(job_id)

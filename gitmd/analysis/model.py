@@ -9,6 +9,7 @@ SLOW_MADS deviations (and SLOW_FLOOR of its median, so near-constant kernels do 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,7 +107,9 @@ def summary_of(resid: np.ndarray, slow: np.ndarray, from_history: bool) -> Resid
 
 class History:
     """A job's earlier windows, kept small: per kernel key the newest KEEP_RUNS durations, and each
-    window's GPU-idle share. What the daemon holds per job instead of the windows themselves."""
+    window's GPU-idle share. What the daemon holds per job instead of the windows themselves.
+    Thread-safe: a duty window adds to it while an experiment's thread reads its model (H200,
+    2026-12-03: "dictionary changed size during iteration" lost a trial's planning)."""
 
     KEEP_RUNS = 512
     KEEP_WINDOWS = 16
@@ -115,29 +118,34 @@ class History:
         self._runs: dict[Key, np.ndarray] = {}
         self._idle: list[float] = []
         self.windows = 0
+        self._lock = threading.Lock()
 
     def add(self, r: Decoded, idle_share: float) -> None:
-        self.windows += 1
-        self._idle = [*self._idle, idle_share][-self.KEEP_WINDOWS :]
-        if not len(r.kernels):
-            return
-        keys, inv = _keys(r)
-        d = durations(r)
-        order = np.argsort(inv, kind="stable")
-        bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
-        for i, key in enumerate(keys):
-            new = d[order[bounds[i] : bounds[i + 1]]]
-            old = self._runs.get(key)
-            self._runs[key] = (new if old is None else np.concatenate([old, new]))[-self.KEEP_RUNS :]
+        keys: list[Key] = []
+        if len(r.kernels):
+            keys, inv = _keys(r)
+            d = durations(r)
+            order = np.argsort(inv, kind="stable")
+            bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
+        with self._lock:
+            self.windows += 1
+            self._idle = [*self._idle, idle_share][-self.KEEP_WINDOWS :]
+            for i, key in enumerate(keys):
+                new = d[order[bounds[i] : bounds[i + 1]]]
+                old = self._runs.get(key)
+                self._runs[key] = (new if old is None else np.concatenate([old, new]))[-self.KEEP_RUNS :]
 
     def model(self) -> KernelModel:
         stats = {}
-        for key, d in self._runs.items():
+        with self._lock:
+            runs, windows = list(self._runs.items()), self.windows
+        for key, d in runs:
             if len(d) < MIN_RUNS:
                 continue
             med = float(np.median(d))
             stats[key] = (med, MAD_SCALE * float(np.median(np.abs(d - med))), len(d))
-        return KernelModel(stats, self.windows)
+        return KernelModel(stats, windows)
 
     def idle_share(self) -> float | None:
-        return float(np.mean(self._idle)) if self._idle else None
+        idle = self._idle  # replaced whole, never mutated in place
+        return float(np.mean(idle)) if idle else None

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bench.run import report, score
+from bench.run import partial, report, score
 from bench.suite import TIME, W, suite
 from gitmd.levers.registry import CATALOG
 
@@ -42,6 +42,27 @@ def test_the_report_scores_a_row() -> None:
     assert "| 4.500 | 4.800 |" in report([row], ["bench/run.py"], "H200")
     worse = score(w, {**got, "delivered_speedup": 0.97, "delivered_equivalent": False}, orc)
     assert worse["regressions"] == 1 and worse["violations"] == 1  # slower, and its outputs changed
+
+
+def test_a_stopped_part_keeps_what_it_measured() -> None:
+    """A call's time limit stops the scoreboard midway: the part's row keeps the runs done, marked
+    partial; a run the stop itself cut (its program got SIGTERM too) is no violation."""
+    (w,) = [x for x in suite() if x.name == "contended"]
+    run = {"exit": 0, "step_ms": 0.3, "steps": 100, "metric": 36.29, "notes": []}
+    policy = {**run, "step_ms": 0.1, "notes": ["gitmctl run: launching with its validated policy 1"]}
+    got = {"promoted": ["cpu_affinity"], "speedup": 2.9, "decision_s": 40.0,
+           "delivered_runs": {"A": [run, run], "B": [policy, {**policy, "exit": 143, "step_ms": None}]}}  # fmt: skip
+    row = partial(w, got, None)
+    assert row["partial"] == "stopped during the delivered runs"
+    assert abs(row["delivered_speedup"] - 3.0) < 1e-9 and row["violations"] == 0 and row["regressions"] == 0
+    assert "| contended (partial: stopped during the delivered runs) | live |" in report([row], ["x"], "H200")
+    early = partial(w, {}, None)
+    assert early["partial"] == "stopped before gitmd decided" and "| - |" in report([early], ["x"], "H200")
+    # a run that failed on its own under the policy is still one
+    bad = partial(
+        w, {**got, "delivered_runs": {"A": [run], "B": [{**policy, "exit": 134, "metric": None}]}}, None
+    )
+    assert bad["violations"] == 1
 
 
 def test_sync_every_step_plants_blocking_sync_and_the_oracle_spins() -> None:

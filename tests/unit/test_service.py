@@ -596,3 +596,46 @@ def test_sync_spin_is_tried_only_on_a_context_that_sleeps_in_its_syncs(
     assert [g is not None for g in got] == [False, False, True, True, False]
     lever = got[2]
     assert lever is not None and lever.setting == {"pid": 4242, "device": 0, "sched": SyncSpin.SPIN}
+
+
+def test_a_launch_with_its_validated_policy_is_not_explored(tmp_path: Path) -> None:
+    """The recurring case runs with zero experiment windows (contended and transformer, H200
+    2026-12-03: launches that got the policy were explored again for what remained of the cause);
+    `experiments.explore_known` turns that back on; a job without a policy is explored only past
+    its start-up."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import LEVERS, Cause
+
+    svc = _service_with_policy(tmp_path, [{"lever": "sched_priority", "setting": {}}])
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    known, plan = svc.register_job(reg)
+    assert plan.policy_id
+    fresh, _ = svc.register_job(Registration("new", ("python", "new.py"), "/srv", os.getuid(), os.getgid()))
+    looked: list[str] = []
+
+    def attribution(job_id: str, window_id: int = 0) -> object:
+        looked.append(job_id)
+        cause = Cause("host_contention", 1e6, 0.5, 0.7, ("x",), LEVERS["host_contention"], True)
+        return SimpleNamespace(window_id=len(looked), causes=[cause])
+
+    svc.attribution = attribution  # type: ignore[method-assign]
+    for job in (known.job.id, fresh.job.id):
+        svc._steady.add(job)
+        svc._maybe_experiment(job)
+        svc._maybe_plan_trial(job)
+    assert known.job.id not in looked and fresh.job.id in looked
+    assert svc._known(known.job.id) and not svc._known(fresh.job.id)
+
+    looked.clear()
+    starting, _ = svc.register_job(
+        Registration("new", ("python", "new.py"), "/srv", os.getuid(), os.getgid())
+    )
+    svc._maybe_experiment(starting.job.id)  # no window has found its step yet: start-up
+    assert looked == []
+
+    svc.config = dataclasses.replace(
+        svc.config, experiments=dataclasses.replace(svc.config.experiments, explore_known=True)
+    )
+    assert not svc._known(known.job.id)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,33 @@ def test_history_keeps_the_newest_runs_only() -> None:
         h.add(r, 0.5)
     assert all(n <= History.KEEP_RUNS for _, _, n in h.model().stats.values())
     assert h.windows == 5
+
+
+def test_history_is_read_while_windows_are_added() -> None:
+    """A duty window adds to a job's history on the scheduler's thread while an experiment's
+    thread fits its model (H200, 2026-12-03: "dictionary changed size during iteration")."""
+    r = records("launch-1k.w1.npz")
+    variants = []
+    for i in range(300):  # each window brings kernel keys the history has not seen
+        k = r.kernels.copy()
+        k["grid_x"] = k["grid_x"] + i + 1
+        variants.append(dataclasses.replace(r, kernels=k))
+    h = History()
+    h.add(r, 0.5)
+    errors: list[BaseException] = []
+
+    def add() -> None:
+        try:
+            for v in variants:
+                h.add(v, 0.5)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=add)
+    t.start()
+    while t.is_alive():
+        h.model()
+        h.idle_share()
+    t.join()
+    assert not errors
+    assert h.windows == 301 and len(h.model().stats) > len(KernelModel.fit([r]).stats)
