@@ -50,8 +50,9 @@ def test_a_stopped_part_keeps_what_it_measured() -> None:
     (w,) = [x for x in suite() if x.name == "contended"]
     run = {"exit": 0, "step_ms": 0.3, "steps": 100, "metric": 36.29, "notes": []}
     policy = {**run, "step_ms": 0.1, "notes": ["gitmctl run: launching with its validated policy 1"]}
+    cut = {**policy, "exit": 143, "step_ms": None}
     got = {"promoted": ["cpu_affinity"], "speedup": 2.9, "decision_s": 40.0,
-           "delivered_runs": {"A": [run, run], "B": [policy, {**policy, "exit": 143, "step_ms": None}]}}  # fmt: skip
+           "delivered_runs": {"A": [run, run], "B": [policy, cut]}}  # fmt: skip
     row = partial(w, got, None)
     assert row["partial"] == "stopped during the delivered runs"
     assert abs(row["delivered_speedup"] - 3.0) < 1e-9 and row["violations"] == 0 and row["regressions"] == 0
