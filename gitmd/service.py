@@ -254,6 +254,15 @@ class Service:
                     plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)
             if reg.allow_exploration and plan.capture and self.config.experiments.enabled:
                 plan = self._trial_arm(job, workload.id, plan)
+                if self._known(job.id) and not plan.trial:
+                    log.info(
+                        "job %s (%s): launched with policy %d of workload %s; not explored "
+                        "(experiments.explore_known = false)",
+                        job.id,
+                        job.name,
+                        self._policies[job.id],
+                        workload.id,
+                    )
         plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
         if capture and self.capture is None:
             plan = LaunchPlan(
