@@ -1041,8 +1041,14 @@ static int32_t knob_stream_priority(const uint64_t *args, uint64_t *out)
     pthread_mutex_unlock(&stream_lock);
     if (!found)
         return -ENOENT;
-    if (push(ks.ctx) != CUDA_SUCCESS)
+    /* cuptiGetStreamIdEx must not run while a job thread finalizes CUPTI (a detach pending after a
+     * window): with cupti_lock held, the detach callback's trylock fails, in this thread and in the
+     * job's, and the detach waits for the next API exit. */
+    pthread_mutex_lock(&g.cupti_lock);
+    if (push(ks.ctx) != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g.cupti_lock);
         return -ESTALE;
+    }
     int32_t rc = 0;
     uint32_t id = 0;
     int before = 0, after = 0;
@@ -1071,6 +1077,7 @@ static int32_t knob_stream_priority(const uint64_t *args, uint64_t *out)
     }
     CUcontext popped;
     pop(&popped);
+    pthread_mutex_unlock(&g.cupti_lock);
     return rc;
 }
 
