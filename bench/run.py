@@ -98,6 +98,17 @@ def jobs(g: Gitmd) -> list[Any]:
     return list(g.stub().ListJobs(pb.ListJobsRequest(all=True), timeout=10).jobs)
 
 
+def new_jobs(g: Gitmd, before: set[str]) -> list[str]:
+    """The ids of the foreground jobs registered since ``before`` (a set of job ids)."""
+    return [j.id for j in jobs(g) if j.id not in before and not j.background]
+
+
+def interventions(g: Gitmd, job_id: str) -> list[Any]:
+    return list(
+        g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=job_id), timeout=10).interventions
+    )
+
+
 def live(g: Gitmd, w: Workload) -> dict[str, Any]:
     co = oracle.cotenant(w, None, gitmctl(g))  # a background job under gitmd, if the workload has one
     try:
@@ -119,9 +130,9 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
     deadline = time.monotonic() + w.live_seconds
     try:
         while time.monotonic() < deadline and proc.poll() is None and decided is None:
-            new = [j for j in jobs(g) if j.id not in before and not j.background]
+            new = new_jobs(g, before)
             if new:
-                job_id = new[0].id
+                job_id = new[0]
                 exps = experiments(g, job_id)
                 done = [e for e in exps if e.state in ("promoted", "reverted", "failed")]
                 # a reverted lever is followed by the cause's next one: only a promotion ends it early
@@ -135,7 +146,7 @@ def _live(g: Gitmd, w: Workload) -> dict[str, Any]:
         proc.terminate()  # also when the scoreboard is stopped
     out, _ = proc.communicate(timeout=60)
     if not job_id:  # it ended before the first look
-        job_id = next((j.id for j in jobs(g) if j.id not in before and not j.background), "")
+        job_id = next(iter(new_jobs(g, before)), "")
     exps = experiments(g, job_id) if job_id else []
     promoted = [e for e in exps if e.state == "promoted"]
     recurring: dict[str, Any] = {}
@@ -164,12 +175,9 @@ def again(g: Gitmd, w: Workload, seconds: float = 15.0, wait: float = 90.0) -> d
     before = {j.id for j in jobs(g) if not j.background}
     proc = subprocess.Popen(job_cmd(g, w), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def applied() -> list[Any]:
-        new = [j.id for j in jobs(g) if j.id not in before and not j.background]
-        if not new:
-            return []
-        ivs = g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=new[0]), timeout=10).interventions
-        return [iv for iv in ivs if "policy" in iv.reason]
+    def applied() -> bool:
+        new = new_jobs(g, before)
+        return bool(new) and any("policy" in iv.reason for iv in interventions(g, new[0]))
 
     try:
         deadline = time.monotonic() + wait
@@ -181,10 +189,8 @@ def again(g: Gitmd, w: Workload, seconds: float = 15.0, wait: float = 90.0) -> d
     finally:
         proc.terminate()
     _, err = proc.communicate(timeout=60)
-    new = [j.id for j in jobs(g) if j.id not in before and not j.background]
-    ivs = list(
-        g.stub().ListInterventions(pb.ListInterventionsRequest(job_id=new[0]), timeout=10).interventions
-    )
+    new = new_jobs(g, before)
+    ivs = interventions(g, new[0])
     exps = experiments(g, new[0])
     return {
         "recurring_got_policy": "launching with its validated policy" in err
@@ -210,7 +216,7 @@ def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
         wall = time.monotonic() - t_run
         note = [x for x in r.stderr.splitlines() if "gitmctl run:" in x]
         ms = step_ms(r.stdout)
-        job_ids = [j.id for j in jobs(g) if j.id not in known and not j.background]
+        job_ids = new_jobs(g, known)
         runs.append(
             {
                 "launch": i + 1,

@@ -397,14 +397,10 @@ class Service:
         launch trial for the job's workload (one at a time, one per lever)."""
         cfg = self.config.experiments
         job = self.jobs.get(job_id)
-        if not cfg.enabled or not job.allow_exploration or not job.workload_id:
-            return
-        if self._known(job_id):
+        if not cfg.enabled or not job.workload_id or not self._explorable(job):
             return
         if self.trials.running(job.workload_id) is not None:
             return
-        if not self._settled(job_id):
-            return  # start-up: weights copied from pageable memory for seconds look like a cause
         try:
             report = self.attribution(job_id)
         except GitmdError:
@@ -737,6 +733,14 @@ class Service:
         jc = self.capture.get(job_id) if self.capture is not None else None
         return jc is not None and jc.windows >= duty.STARTUP_WINDOWS
 
+    def _explorable(self, job: Job) -> bool:
+        """What live experiments and launch-trial planning both ask of a job: its registration
+        allows exploration, it did not get its workload's policy (_known), and it is past start-up
+        (_settled) — start-up is not its steady state: weights copied from pageable memory for
+        seconds look like a cause, and transformer's first window looked launch-bound (H200,
+        2026-12-03: a CPU experiment ran on its start-up)."""
+        return job.allow_exploration and not self._known(job.id) and self._settled(job.id)
+
     def _known(self, job_id: str) -> bool:
         """The job got its workload's validated policy at launch and, by default, nothing else:
         the recurring case runs with zero experiment windows (contended and transformer, H200
@@ -788,11 +792,7 @@ class Service:
         if job_id in self._trial_runs:
             return  # a run of a launch trial: nothing else may change under it
         job = self.jobs.get(job_id)
-        if not job.allow_exploration or job.state not in ("registered", "running"):
-            return
-        if self._known(job_id) or not self._settled(job_id):
-            # start-up is not the job's steady state (transformer, H200 2026-12-03: its first
-            # window looked launch-bound, and a CPU experiment ran on its start-up)
+        if job.state not in ("registered", "running") or not self._explorable(job):
             return
         try:
             report = self.attribution(job_id)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bench.oracle import stop_hogs
 from tests.integration.conftest import ROOT, Daemon, command, ctl_json
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -88,9 +89,7 @@ def test_windows_cycling_on_a_launch_bound_job_leave_it_unchanged(
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )  # fmt: skip
     finally:
-        if hogs is not None:
-            os.killpg(hogs.pid, 9)
-            hogs.wait()
+        stop_hogs(hogs)
     assert under.returncode == 0, f"exit {under.returncode} under gitmd:\n{under.stderr[-3000:]}"
     job = ctl_json(cycling.socket, "job", "cycles")
     windows = int(job["windows"])
