@@ -159,6 +159,7 @@ class Service:
         self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
         self._steps: dict[str, JobSteps] = {}
+        self._windows_done: dict[str, int] = {}  # job id -> windows it had, once its capture is untracked
         # Per job: the expected-duration history from its earlier windows, and its newest window
         # (folded into the history when the next one comes, so a report never judges a window
         # against itself).
@@ -446,7 +447,7 @@ class Service:
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
         view = JobView(
-            job, procs, jc.windows if jc else 0, self._steps.get(job.id), self._policies.get(job.id, 0)
+            job, procs, self._windows(job.id, jc), self._steps.get(job.id), self._policies.get(job.id, 0)
         )
         if started:
             self._publish("running", view)
@@ -492,11 +493,14 @@ class Service:
             self._trial_run_ended(job_id, exit_code, metrics or {})
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
-        if self.capture is not None:
-            self.capture.untrack(job_id)
+        self._untrack(job_id)
         self._forget(job_id)
         view = JobView(
-            self.jobs.exited(job_id, exit_code), [], 0, self._steps.get(job_id), self._policies.get(job_id, 0)
+            self.jobs.exited(job_id, exit_code),
+            [],
+            self._windows(job_id),
+            self._steps.get(job_id),
+            self._policies.get(job_id, 0),
         )
         self._publish("exited", view)
         return view
@@ -676,13 +680,28 @@ class Service:
             self._end_experiments(job.id, "the job was lost")
             self._trial_run_ended(job.id, None, {})
             if self.capture is not None:
-                self.capture.untrack(job.id)
+                self._untrack(job.id)
                 self._forget(job.id)
-            self._publish("lost", JobView(self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost"), [], 0))
+            lost = self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost")
+            self._publish("lost", JobView(lost, [], self._windows(job.id)))
             self._all_dead_since.pop(job.id, None)
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
+
+    def _windows(self, job_id: str, jc: Any = None) -> int:
+        """Capture windows the job had: counted live while it is tracked, kept after it ends."""
+        if jc is None and self.capture is not None:
+            jc = self.capture.get(job_id)
+        return jc.windows if jc is not None else self._windows_done.get(job_id, 0)
+
+    def _untrack(self, job_id: str) -> None:
+        if self.capture is None:
+            return
+        jc = self.capture.get(job_id)
+        if jc is not None:
+            self._windows_done[job_id] = jc.windows
+        self.capture.untrack(job_id)
 
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)

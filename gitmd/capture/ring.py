@@ -50,6 +50,7 @@ class RingStatus:
     cupti_version: int
     capacity: int
     pending: int
+    detaches: int = 0  # windows closed with cuptiFinalize; the others closed with their kinds disabled
 
 
 class Ring:
@@ -191,6 +192,7 @@ class Ring:
             cupti_version=int(h["cupti_version"]),
             capacity=self.capacity,
             pending=self.pending(),
+            detaches=int(h["detaches"]),
         )
 
     def clock_pairs(self) -> np.ndarray:

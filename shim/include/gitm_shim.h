@@ -154,6 +154,7 @@ struct gitm_ring_header {
     /* offset 432 */
     struct gitm_clock_pair clock_pairs[GITM_CLOCK_PAIRS];
     /* offset 816 */
+    uint64_t detaches;           /* windows closed with cuptiFinalize (the rest closed disable-only) */
 };
 
 struct gitm_control {

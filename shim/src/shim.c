@@ -46,6 +46,15 @@
 #define DEFAULT_RING_RECORDS (1u << 16)
 #define DEFAULT_BUFFER_BYTES (4u << 20)
 #define POLL_NS (20 * 1000 * 1000)
+/* Detaching (cuptiFinalize, then CUPTI attached anew at the next window) while the job is still
+ * starting -- loading modules, making threads and streams -- crashed it inside CUPTI on the H200
+ * (2026-12-03, bench/window_stress.py: 3 of 22 runs, the timed ones within their first three windows;
+ * none in ~630 windows after start-up). A window closes with a detach only once the process is
+ * DETACH_MIN_AGE_MS old and the window saw no kernel it had not seen before; otherwise only its kinds
+ * are disabled. Benchmarks that measure the detached state in short processes lower the age
+ * (GITM_SHIM_DETACH_MIN_AGE_MS). */
+#define DETACH_MIN_AGE_MS 10000
+#define EXIT_LOCK_NS (2ULL * 1000 * 1000 * 1000)
 
 static struct {
     pthread_once_t once;
@@ -64,6 +73,9 @@ static struct {
     int detach_pending;          /* set at close; taken by the next driver API exit callback */
     CUpti_SubscriberHandle detach_sub;
     int detach_subscribed;
+    uint64_t start_mono_ns;      /* InitializeInjection */
+    uint64_t detach_min_age_ns;
+    uint64_t names_at_open;      /* names_interned when the window opened */
     pthread_mutex_t cupti_lock;  /* serialises finalize (app thread) with window changes (control thread) */
     CUpti_SubscriberHandle payload_sub;
     int payload_subscribed;
@@ -73,7 +85,7 @@ static struct {
     int payload_on;               /* GITM_KIND_PAYLOAD granted in the open window */
     int hostsrc_on;               /* GITM_KIND_HOSTSRC granted in the open window */
     CUcontext copy_ctx;           /* the context of the last host-to-device copy seen (host register) */
-    volatile int exiting;         /* at_exit ran: no more CUDA calls from the guard's releases */
+    volatile int exiting;         /* at_exit ran: no more CUDA or CUPTI calls from the shim */
     uint32_t (*app_cupti)(void);  /* the free guard's view of the job's own CUPTI use (NULL: no guard) */
     uint64_t (*app_kinds)(void);
     void *(*app_completed)(void); /* the job's activity-buffer completion callback, if it registered one */
@@ -403,17 +415,18 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
     (void)d;
     (void)c;
     const CUpti_CallbackData *cb = info;
-    if (cb->callbackSite != CUPTI_API_EXIT || !__atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE))
+    if (cb->callbackSite != CUPTI_API_EXIT || !__atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE) || g.exiting)
         return;
     if (pthread_mutex_trylock(&g.cupti_lock) != 0)
         return; /* the control thread is changing the window: try at the next call */
-    if (__atomic_exchange_n(&g.detach_pending, 0, __ATOMIC_ACQ_REL)) {
+    if (!g.exiting && __atomic_exchange_n(&g.detach_pending, 0, __ATOMIC_ACQ_REL)) {
         if (g.app_cupti && (g.app_cupti() & GITM_APP_ENABLED)) {
             cuptiUnsubscribe(g.detach_sub); /* the job traces now: finalizing would end its trace */
         } else {
             cuptiFinalize(); /* drops every subscription, ours included */
         }
         g.detach_subscribed = 0;
+        __atomic_fetch_add(&g.ring.hdr->detaches, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&g.cupti_lock);
 }
@@ -423,6 +436,9 @@ static void request_detach(void)
 {
     if (!g.detach || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
+    uint64_t names = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
+    if (names != g.names_at_open || mono_ns() - g.start_mono_ns < g.detach_min_age_ns)
+        return; /* still starting: the kinds are off, CUPTI stays attached until a quiet window closes */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
     if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
@@ -996,6 +1012,7 @@ static void open_window(uint32_t id, uint32_t mask)
     }
     enabled |= start_payloads(mask);
     g.enabled_mask = enabled;
+    g.names_at_open = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
     g.window_id = id;
     g.ring.hdr->window_id = id;
     g.last_flush_ns = mono_ns();
@@ -1331,6 +1348,8 @@ out:
 
 static void handle_knob(struct gitm_control *c)
 {
+    if (g.exiting)
+        return; /* unacknowledged: the daemon times out, the process is going */
     uint32_t seq = __atomic_load_n(&c->knob_seq, __ATOMIC_ACQUIRE);
     if (seq == c->knob_ack)
         return;
@@ -1365,13 +1384,28 @@ static void handle_knob(struct gitm_control *c)
     __atomic_store_n(&c->knob_ack, seq, __ATOMIC_RELEASE);
 }
 
+/* The control thread's hold on CUPTI: refused once the process exits (at_exit holds the lock while it
+ * says so), so no CUPTI or CUDA call of ours runs while their libraries tear down. Seen on the H200
+ * before this: a window closing while the job exited crashed in cuptiActivityDisable. */
+static int lock_cupti(void)
+{
+    pthread_mutex_lock(&g.cupti_lock);
+    if (!g.exiting)
+        return 1;
+    pthread_mutex_unlock(&g.cupti_lock);
+    return 0;
+}
+
 static void step(void)
 {
+    if (g.exiting)
+        return;
     struct gitm_control *c = g.ring.ctl;
     uint32_t seq = __atomic_load_n(&c->window_seq, __ATOMIC_ACQUIRE);
     if (seq != g.applied_seq) {
         uint32_t want_open = c->window_open, id = c->window_id, mask = c->kinds_mask & GITM_KIND_ALL;
-        pthread_mutex_lock(&g.cupti_lock);
+        if (!lock_cupti())
+            return;
         if (g.window_id && (!want_open || id != g.window_id))
             close_window("window closed by the daemon");
         if (want_open && !g.window_id)
@@ -1381,12 +1415,14 @@ static void step(void)
         __atomic_store_n(&c->window_ack, seq, __ATOMIC_RELEASE);
     }
     if (g.yield_share && mono_ns() >= g.yield_until_ns) { /* nobody renewed it: lift it */
-        pthread_mutex_lock(&g.cupti_lock);
+        if (!lock_cupti())
+            return;
         yield_off();
         pthread_mutex_unlock(&g.cupti_lock);
     }
     if (g.window_id && __atomic_load_n(&g.app_acted, __ATOMIC_ACQUIRE)) {
-        pthread_mutex_lock(&g.cupti_lock);
+        if (!lock_cupti())
+            return;
         if (g.window_id)
             abandon_window();
         pthread_mutex_unlock(&g.cupti_lock);
@@ -1396,20 +1432,25 @@ static void step(void)
         uint64_t timeout = (c->heartbeat_timeout_ms ? c->heartbeat_timeout_ms : 10000) * 1000000ULL;
         uint64_t beat = __atomic_load_n(&c->heartbeat_mono_ns, __ATOMIC_ACQUIRE);
         if (beat + timeout < now) {
-            pthread_mutex_lock(&g.cupti_lock);
+            if (!lock_cupti())
+                return;
             close_window("daemon heartbeat stale: window closed by the shim");
             pthread_mutex_unlock(&g.cupti_lock);
         } else {
             if (g.learning && now >= g.learn_until_ns) {
-                pthread_mutex_lock(&g.cupti_lock);
+                if (!lock_cupti())
+                    return;
                 if (g.payload_subscribed)
                     enable_learning(0); /* a stream used every step has been seen by now */
                 pthread_mutex_unlock(&g.cupti_lock);
             }
             uint64_t every = (c->flush_interval_ms ? c->flush_interval_ms : 500) * 1000000ULL;
             if (now - g.last_flush_ns >= every) {
+                if (!lock_cupti())
+                    return;
                 cuptiActivityFlushAll(0);
                 collect_cupti_drops();
+                pthread_mutex_unlock(&g.cupti_lock);
                 __atomic_fetch_add(&g.ring.hdr->flushes, 1, __ATOMIC_RELAXED);
                 g.last_flush_ns = now;
             }
@@ -1438,15 +1479,22 @@ static void child_after_fork(void)
 
 static void at_exit(void)
 {
-    if (getpid() == g.pid)
-        g.exiting = 1;
-    if (!g.active || g.inert || getpid() != g.pid)
+    if (getpid() != g.pid)
         return;
-    if (g.window_id) {
+    /* Wait (boundedly: fail open) for a CUPTI call the control thread has under way, then no more. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(EXIT_LOCK_NS / 1000000000ULL);
+    int locked = pthread_mutex_timedlock(&g.cupti_lock, &until) == 0;
+    g.exiting = 1;
+    if (g.active && !g.inert && locked && g.window_id) {
         cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         write_window_marker(g.window_id, 2, g.enabled_mask);
     }
-    gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, "process exited");
+    if (g.active && !g.inert)
+        gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, "process exited");
+    if (locked)
+        pthread_mutex_unlock(&g.cupti_lock);
 }
 
 static size_t env_size(const char *name, size_t def, size_t lo, size_t hi)
@@ -1467,6 +1515,8 @@ static void initialize(void)
     if (!dir || !*dir)
         return; /* not launched by gitmd: stay out of the way */
     g.pid = getpid();
+    g.start_mono_ns = mono_ns();
+    g.detach_min_age_ns = env_size("GITM_SHIM_DETACH_MIN_AGE_MS", DETACH_MIN_AGE_MS, 0, 3600u * 1000) * 1000000ULL;
     const char *detach = getenv("GITM_SHIM_DETACH");
     g.detach = !(detach && strcmp(detach, "0") == 0);
     g.buffer_bytes = env_size("GITM_CUPTI_BUFFER_BYTES", DEFAULT_BUFFER_BYTES, 1u << 16, 256u << 20);

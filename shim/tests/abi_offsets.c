@@ -21,6 +21,7 @@ int main(void)
     F(gitm_ring_header, status);
     F(gitm_ring_header, status_reason);
     F(gitm_ring_header, clock_pairs);
+    F(gitm_ring_header, detaches);
     F(gitm_control, window_seq);
     F(gitm_control, heartbeat_mono_ns);
     F(gitm_control, knob_seq);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -50,6 +50,12 @@ for part in "${PARTS[@]}"; do
     shim-overhead)  # the issue asks for the median of at least 5 repeats
       python3 bench/shim_overhead.py --repeats 6 --json "$OUTDIR/shim-overhead.json" 2>&1 | tee "$OUTDIR/shim-overhead.md"
       RESULT[$part]=$(grep -E '^\| (launch|train)' "$OUTDIR/shim-overhead.md" | tr '\n' ' ' || echo "failed")
+      ;;
+    window-stress)  # windows cycled fast on a four-thread launch loop, shim modes side by side (no daemon)
+      command -v gdb > "$OUTDIR/gdb.txt" 2>&1
+      python3 bench/window_stress.py --runs "${STRESS_RUNS:-4}" --modes "${STRESS_MODES:-detach,disable,detach-noguard,detach-kernel}" \
+        --budget-s "${STRESS_BUDGET_S:-400}" ${STRESS_GDB:+--gdb} ${STRESS_ARGS:-} --json "$OUTDIR/window-stress.json" 2>&1 | tee "$OUTDIR/window-stress.md"
+      RESULT[$part]=$(grep -E '^\| (detach|disable)' "$OUTDIR/window-stress.md" | tr '\n' ' ' || echo "failed")
       ;;
     shim-floor)  # CUPTI alone against the shim's open window, launch-bound, kernel activity only
       python3 bench/shim_overhead.py --repeats 8 --kinds plain,detach,floor --workloads launch --window-kinds kernel \

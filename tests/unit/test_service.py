@@ -639,3 +639,20 @@ def test_a_launch_with_its_validated_policy_is_not_explored(tmp_path: Path) -> N
         svc.config, experiments=dataclasses.replace(svc.config.experiments, explore_known=True)
     )
     assert not svc._known(known.job.id)
+
+
+def test_a_jobs_window_count_is_kept_after_it_exits(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
+    """`gitmctl job` after the job ended said 0 windows (its capture is untracked at exit and the
+    count went with it): the H200 window-cycling test read 0 for jobs that had 6 and 12."""
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job(Registration("w", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    assert svc.get_job(view.job.id).windows == 0
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    jc.windows = 7  # what seven duty windows counted
+    assert svc.get_job(view.job.id).windows == 7
+    ended = svc.report_exit(view.job.id, 0)
+    assert svc.capture.get(view.job.id) is None  # type: ignore[union-attr]
+    assert ended.windows == 7
+    assert svc.get_job(view.job.id).windows == 7

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Capture windows cycled fast on a multi-threaded launch-bound job, without the daemon: the shim
+driven straight through its ring's control page, as gitmd drives it, in several shim configurations
+side by side, counting the runs that do not end as their plain run does.
+
+Written after the H200 (2026-12-03) showed `malloc(): unsorted double linked list corrupted` (SIGABRT)
+in a four-thread launch loop under gitmd's window cycling, and once before in the scoreboard's
+contended part. Each mode is a way of closing a window (detach with cuptiFinalize at the next driver
+API exit, or cuptiActivityDisable only), with or without the free guard preloaded, with all window
+kinds or kernel activity only; a mode whose runs crash names the part at fault.
+
+    python3 bench/window_stress.py --runs 6 --modes detach,disable,detach-noguard,detach-kernel \
+        [--json OUT] [--steps 30000] [--threads 4] [--open-s 0.1] [--every-s 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gitmd.capture.ring import Ring, RingError  # noqa: E402
+from gitmd.capture.windows import KIND_BITS  # noqa: E402
+from gitmd.config import CAPTURE_KINDS  # noqa: E402
+
+SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
+GUARD = ROOT / "shim" / "build" / "libgitm_guard.so"
+PROGRAM = ROOT / "tests" / "gpu" / "programs" / "threads_launch.py"
+ALL = sum(KIND_BITS[k] for k in CAPTURE_KINDS)
+# mode -> (detach, guard preloaded, window kinds, first window only after --settle-s)
+MODES = {
+    "detach": ("1", True, ALL, False),
+    "disable": ("0", True, ALL, False),
+    "detach-noguard": ("1", False, ALL, False),
+    "detach-kernel": ("1", True, KIND_BITS["kernel"], False),
+    "disable-kernel": ("0", True, KIND_BITS["kernel"], False),
+    "detach-settled": ("1", True, ALL, True),
+}
+
+
+def result(out: str) -> str:
+    lines = [x for x in out.splitlines() if x.startswith("result ")]
+    return lines[-1] if lines else ""
+
+
+def one_run(
+    mode: str,
+    argv: list[str],
+    open_s: float,
+    every_s: float,
+    tmp: Path,
+    gdb: bool = False,
+    settle_s: float = 0.0,
+    preload: str = "",
+) -> dict[str, object]:
+    detach, guard, mask, settles = MODES[mode]
+    d = Path(tempfile.mkdtemp(dir=tmp))
+    env = {
+        **os.environ,
+        "GITM_JOB_DIR": str(d),
+        "CUDA_INJECTION64_PATH": str(SHIM),
+        "GITM_SHIM_DETACH": detach,
+        "PYTHONFAULTHANDLER": "1",
+    }
+    preloads = [str(GUARD)] if guard else []
+    if preload:
+        preloads.append(preload)
+    if preloads:
+        env["LD_PRELOAD"] = ":".join(preloads)
+    t0 = time.monotonic()
+    if gdb:  # the environment reaches the program, not gdb's own start
+        moved = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
+        env_args = [f"-ex=set environment {k}={env[k]}" for k in moved if k in env]
+        argv = [
+            "gdb", "-q", "-batch", "-return-child-result", *env_args, "-ex=set pagination off",
+            "-ex=handle SIGPIPE nostop noprint", "-ex=run", "-ex=thread apply all bt 25", "--args", *argv,
+        ]  # fmt: skip
+        env = {k: v for k, v in env.items() if k not in moved}
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rings: dict[Path, Ring] = {}
+    windows = acked = 0
+    seq_by_ring: dict[Path, int] = {}
+    wid = 0
+    next_at = time.monotonic() + (settle_s if settles else every_s)
+    is_open = False
+    while p.poll() is None:
+        for path in d.glob("ring-*.gitm"):
+            if path not in rings:
+                try:
+                    rings[path] = Ring(path)
+                except RingError:
+                    pass
+        now = time.monotonic()
+        if rings and now >= next_at:
+            if is_open:
+                for path, r in rings.items():
+                    seq_by_ring[path] = r.close_window()
+                next_at = now + every_s - open_s
+            else:
+                wid += 1
+                for path, r in rings.items():
+                    seq_by_ring[path] = r.open_window(wid, mask, 250, 10_000)
+                windows += 1
+                next_at = now + open_s
+            is_open = not is_open
+        for path, r in rings.items():
+            r.heartbeat()
+            if path in seq_by_ring and r.acked(seq_by_ring.pop(path)):
+                acked += 1
+            r.drain()
+        time.sleep(0.005)
+    out, err = p.communicate()
+    status = {}
+    for r in rings.values():
+        st = r.status()
+        status = {
+            "shim": st.status,
+            "reason": st.reason,
+            "records": st.records_written,
+            "windows_opened": st.windows_opened,
+            "detaches": st.detaches,
+        }
+        r.close()
+    return {
+        "mode": mode,
+        "exit": p.returncode,
+        "seconds": round(time.monotonic() - t0, 1),
+        "windows": windows,
+        "result": result(out),
+        "stderr_tail": err[-6000:] if p.returncode else "",
+        "gdb_tail": out[-6000:] if gdb and p.returncode else "",
+        **status,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--modes", default="detach,disable,detach-noguard,detach-kernel")
+    ap.add_argument("--steps", type=int, default=30000)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--open-s", type=float, default=0.1)
+    ap.add_argument("--every-s", type=float, default=0.3)
+    ap.add_argument("--budget-s", type=float, default=0, help="stop starting runs after this many seconds")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--settle-s", type=float, default=8.0, help="the *-settled modes' first window")
+    ap.add_argument("--backtrace", action="store_true", help="a crash prints its native stack")
+    ap.add_argument("--gdb", action="store_true", help="under gdb: a crash prints each thread's stack")
+    a = ap.parse_args()
+    modes = [m for m in a.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        ap.error(f"unknown mode(s) {bad}; known: {sorted(MODES)}")
+    if not SHIM.exists() or not GUARD.exists():
+        ap.error("the shim is not built: make -C shim")
+    argv = [sys.executable, str(PROGRAM), str(a.steps), str(a.threads)]
+    preload = ""
+    if a.backtrace:
+        so = Path(tempfile.mkdtemp()) / "crash_backtrace.so"
+        src = ROOT / "bench" / "crash_backtrace.c"
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
+        preload = str(so)
+    plain = subprocess.run(argv, capture_output=True, text=True, check=False)
+    want = result(plain.stdout)
+    print(f"plain: exit {plain.returncode} {want}", flush=True)
+    rows: list[dict[str, object]] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):  # modes interleaved, so time-varying conditions fall on all alike
+            for m in modes:
+                if a.budget_s and time.monotonic() - t_start > a.budget_s:
+                    break
+                row = one_run(m, argv, a.open_s, a.every_s, Path(tmp), a.gdb, a.settle_s, preload)
+                row["same_output"] = row["result"] == want
+                rows.append(row)
+                print(
+                    f"run {i + 1} {m}: exit {row['exit']} {row['seconds']} s, {row['windows']} windows, "
+                    f"same output {row['same_output']}, {row.get('detaches')} detaches, "
+                    f"shim {row.get('shim')} {row.get('reason', '')!r}",
+                    flush=True,
+                )
+                if row["exit"]:
+                    print(str(row["stderr_tail"])[-1200:], flush=True)
+    print("\n| mode | runs | not as plain | exits |\n| --- | --- | --- | --- |")
+    for m in modes:
+        rs = [r for r in rows if r["mode"] == m]
+        badr = [r for r in rs if r["exit"] or not r["same_output"]]
+        print(f"| {m} | {len(rs)} | {len(badr)} | {sorted({int(str(r['exit'])) for r in rs})} |")
+    if a.json:
+        a.json.write_text(json.dumps({"plain": want, "argv": argv, "runs": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
