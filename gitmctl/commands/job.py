@@ -115,12 +115,13 @@ def run(args: argparse.Namespace, client: Client) -> int:
     if j.processes:
         print()
         render.table(
-            ("PID", "ALIVE", "SHIM", "RECORDS", "DROPS RING/CUPTI", "REASON"),
+            ("PID", "ALIVE", "SHIM", "WINDOWS/DETACHED", "RECORDS", "DROPS RING/CUPTI", "REASON"),
             [
                 (
                     str(p.pid),
                     "yes" if p.alive else "no",
                     p.status,
+                    f"{p.windows_opened}/{p.detaches}",
                     str(p.records_written),
                     f"{p.ring_drops}/{p.cupti_drops}",
                     p.reason,

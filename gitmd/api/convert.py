@@ -119,6 +119,8 @@ def job_to_pb(view: JobView) -> Any:
             cupti_drops=status.cupti_drops,
             missing_timestamps=status.missing_timestamps,
             alive=alive,
+            windows_opened=status.windows_opened,
+            detaches=status.detaches,
         )
     return msg
 

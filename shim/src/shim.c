@@ -50,10 +50,13 @@
  * starting -- loading modules, making threads and streams -- crashed it inside CUPTI on the H200
  * (2026-12-03, bench/window_stress.py: 3 of 22 runs, the timed ones within their first three windows;
  * none in ~630 windows after start-up). A window closes with a detach only once the process is
- * DETACH_MIN_AGE_MS old and the window saw no kernel it had not seen before; otherwise only its kinds
- * are disabled. Benchmarks that measure the detached state in short processes lower the age
+ * DETACH_MIN_AGE_MS old and the window saw no kernel it had not seen before (past DETACH_ANYWAY_AGE_MS a
+ * job that keeps meeting new kernels -- JIT-compiled ones, new shapes -- is detached all the same: left
+ * attached it would pay CUPTI's instrumentation between windows for good); otherwise only its kinds
+ * are disabled. Benchmarks that measure the detached state in short processes lower the first age
  * (GITM_SHIM_DETACH_MIN_AGE_MS). */
 #define DETACH_MIN_AGE_MS 10000
+#define DETACH_ANYWAY_AGE_NS (60ULL * 1000 * 1000 * 1000)
 #define EXIT_LOCK_NS (2ULL * 1000 * 1000 * 1000)
 
 static struct {
@@ -437,7 +440,8 @@ static void request_detach(void)
     if (!g.detach || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
     uint64_t names = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
-    if (names != g.names_at_open || mono_ns() - g.start_mono_ns < g.detach_min_age_ns)
+    uint64_t age = mono_ns() - g.start_mono_ns;
+    if (age < g.detach_min_age_ns || (names != g.names_at_open && age < DETACH_ANYWAY_AGE_NS))
         return; /* still starting: the kinds are off, CUPTI stays attached until a quiet window closes */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
