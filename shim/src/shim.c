@@ -50,7 +50,7 @@
  * starting -- loading modules, making threads and streams -- crashed it inside CUPTI on the H200
  * (2026-12-03, bench/window_stress.py: 3 of 22 runs, the timed ones within their first three windows;
  * none in ~630 windows after start-up). A window closes with a detach only once the process is
- * DETACH_MIN_AGE_MS old and the window saw no kernel it had not seen before (past DETACH_ANYWAY_AGE_MS a
+ * DETACH_MIN_AGE_MS old and the window saw kernels, none it had not seen before (past DETACH_ANYWAY_AGE_MS a
  * job that keeps meeting new kernels -- JIT-compiled ones, new shapes -- is detached all the same: left
  * attached it would pay CUPTI's instrumentation between windows for good); otherwise only its kinds
  * are disabled. Benchmarks that measure the detached state in short processes lower the first age
@@ -79,6 +79,8 @@ static struct {
     uint64_t start_mono_ns;      /* InitializeInjection */
     uint64_t detach_min_age_ns;
     uint64_t names_at_open;      /* names_interned when the window opened */
+    uint64_t kernels_seen;       /* kernel records CUPTI delivered, ever */
+    uint64_t kernels_at_open;
     pthread_mutex_t cupti_lock;  /* serialises finalize (app thread) with window changes (control thread) */
     CUpti_SubscriberHandle payload_sub;
     int payload_subscribed;
@@ -230,6 +232,7 @@ static void convert(const CUpti_Activity *a)
             return;
         }
         uint32_t name_id = intern(k->name);
+        __atomic_fetch_add(&g.kernels_seen, 1, __ATOMIC_RELAXED);
         if (!(rec = reserve(&pos)))
             return;
         rec->type = GITM_REC_KERNEL;
@@ -440,8 +443,11 @@ static void request_detach(void)
     if (!g.detach || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
     uint64_t names = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
+    /* quiet: the window saw the job's kernels, all known (a window with none -- a job still importing
+     * its framework -- says nothing about what it will load next) */
+    int quiet = names == g.names_at_open && __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED) != g.kernels_at_open;
     uint64_t age = mono_ns() - g.start_mono_ns;
-    if (age < g.detach_min_age_ns || (names != g.names_at_open && age < DETACH_ANYWAY_AGE_NS))
+    if (age < g.detach_min_age_ns || (!quiet && age < DETACH_ANYWAY_AGE_NS))
         return; /* still starting: the kinds are off, CUPTI stays attached until a quiet window closes */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
@@ -1017,6 +1023,7 @@ static void open_window(uint32_t id, uint32_t mask)
     enabled |= start_payloads(mask);
     g.enabled_mask = enabled;
     g.names_at_open = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
+    g.kernels_at_open = __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED);
     g.window_id = id;
     g.ring.hdr->window_id = id;
     g.last_flush_ns = mono_ns();
