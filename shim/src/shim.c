@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "gitm_shim.h"
+#include "detach_rule.h"
 #include "guard.h"
 #include "names.h"
 #include "ring.h"
@@ -46,17 +47,6 @@
 #define DEFAULT_RING_RECORDS (1u << 16)
 #define DEFAULT_BUFFER_BYTES (4u << 20)
 #define POLL_NS (20 * 1000 * 1000)
-/* Detaching (cuptiFinalize, then CUPTI attached anew at the next window) while the job is still
- * starting -- loading modules, making threads and streams -- crashed it inside CUPTI on the H200
- * (2026-12-03, bench/window_stress.py: 3 of 22 runs, the timed ones within their first three windows;
- * none in ~630 windows after start-up). A window closes with a detach only once the process is
- * DETACH_MIN_AGE_MS old and the window saw kernels, none it had not seen before (past DETACH_ANYWAY_AGE_MS a
- * job that keeps meeting new kernels -- JIT-compiled ones, new shapes -- is detached all the same: left
- * attached it would pay CUPTI's instrumentation between windows for good); otherwise only its kinds
- * are disabled. Benchmarks that measure the detached state in short processes lower the first age
- * (GITM_SHIM_DETACH_MIN_AGE_MS). */
-#define DETACH_MIN_AGE_MS 10000
-#define DETACH_ANYWAY_AGE_NS (60ULL * 1000 * 1000 * 1000)
 #define EXIT_LOCK_NS (2ULL * 1000 * 1000 * 1000)
 
 static struct {
@@ -442,13 +432,14 @@ static void request_detach(void)
 {
     if (!g.detach || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
-    uint64_t names = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
-    /* quiet: the window saw the job's kernels, all known (a window with none -- a job still importing
-     * its framework -- says nothing about what it will load next) */
-    int quiet = names == g.names_at_open && __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED) != g.kernels_at_open;
-    uint64_t age = mono_ns() - g.start_mono_ns;
-    if (age < g.detach_min_age_ns || (!quiet && age < DETACH_ANYWAY_AGE_NS))
-        return; /* still starting: the kinds are off, CUPTI stays attached until a quiet window closes */
+    struct gitm_window_counts w = {
+        .names_at_open = g.names_at_open,
+        .names_at_close = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED),
+        .kernels_at_open = g.kernels_at_open,
+        .kernels_at_close = __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED),
+    };
+    if (!gitm_may_detach(mono_ns() - g.start_mono_ns, g.detach_min_age_ns, &w))
+        return; /* still starting (detach_rule.h): the kinds are off, CUPTI stays attached */
     if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
         return; /* someone else holds the subscriber slot: leave CUPTI attached */
     if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
@@ -1527,7 +1518,7 @@ static void initialize(void)
         return; /* not launched by gitmd: stay out of the way */
     g.pid = getpid();
     g.start_mono_ns = mono_ns();
-    g.detach_min_age_ns = env_size("GITM_SHIM_DETACH_MIN_AGE_MS", DETACH_MIN_AGE_MS, 0, 3600u * 1000) * 1000000ULL;
+    g.detach_min_age_ns = env_size("GITM_SHIM_DETACH_MIN_AGE_MS", GITM_DETACH_MIN_AGE_MS, 0, 3600u * 1000) * 1000000ULL;
     const char *detach = getenv("GITM_SHIM_DETACH");
     g.detach = !(detach && strcmp(detach, "0") == 0);
     g.buffer_bytes = env_size("GITM_CUPTI_BUFFER_BYTES", DEFAULT_BUFFER_BYTES, 1u << 16, 256u << 20);

@@ -20,6 +20,14 @@ def test_ring_c_tests_pass(shim_tools: Path) -> None:
     assert r.stdout.strip().splitlines()[-1] == "6 passed, 0 failed"
 
 
+def test_detach_rule_c_tests_pass(shim_tools: Path) -> None:
+    """A window detaches CUPTI only in a settled process (src/detach_rule.h): 10 s old and quiet, or
+    60 s old whatever it saw."""
+    r = subprocess.run([str(shim_tools / "test_detach_rule")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "detach rule: ok"
+
+
 def test_free_guard_c_tests_pass(shim_tools: Path) -> None:
     """Preloaded, the guard releases a guarded range before free, realloc, reallocarray, munmap,
     mremap, madvise(DONTNEED) or mmap(MAP_FIXED) gives its pages back, and on nothing else."""

@@ -1,0 +1,37 @@
+/* detach_rule.h - when a closing window may detach CUPTI (cuptiFinalize) rather than only disable its
+ * kinds. Pure arithmetic on what the shim counts, so the C tests check it without CUPTI.
+ *
+ * Detaching and attaching CUPTI anew while a job is still starting -- loading modules, making threads
+ * and streams -- crashed jobs inside CUPTI on the H200 (2026-12-03, bench/window_stress.py: 3 of 22
+ * runs, the timed ones within their first three windows; none in ~630 windows after start-up; 0 of 21
+ * runs with this rule). So a window detaches only once the process is min_age_ns old and the window
+ * was quiet: it saw kernels, and none it had not seen before (a window during the framework's import
+ * sees none and says nothing about what comes next). Past anyway_age_ns a process that keeps meeting
+ * new kernels (JIT-compiled ones, new shapes) is detached all the same: left attached it would pay
+ * CUPTI's instrumentation between windows for good.
+ */
+#ifndef GITM_DETACH_RULE_H
+#define GITM_DETACH_RULE_H
+#include <stdint.h>
+
+#define GITM_DETACH_MIN_AGE_MS 10000
+#define GITM_DETACH_ANYWAY_AGE_NS (60ULL * 1000 * 1000 * 1000)
+
+struct gitm_window_counts {
+    uint64_t names_at_open, names_at_close;     /* kernel names interned */
+    uint64_t kernels_at_open, kernels_at_close; /* kernel records delivered */
+};
+
+static inline int gitm_window_quiet(const struct gitm_window_counts *w)
+{
+    return w->names_at_close == w->names_at_open && w->kernels_at_close != w->kernels_at_open;
+}
+
+static inline int gitm_may_detach(uint64_t age_ns, uint64_t min_age_ns, const struct gitm_window_counts *w)
+{
+    if (age_ns < min_age_ns)
+        return 0;
+    return gitm_window_quiet(w) || age_ns >= GITM_DETACH_ANYWAY_AGE_NS;
+}
+
+#endif
