@@ -16,6 +16,11 @@
 
 #define GITM_DETACH_MIN_AGE_MS 10000
 #define GITM_DETACH_ANYWAY_AGE_NS (60ULL * 1000 * 1000 * 1000)
+/* A window that closed without detaching leaves the detach owed: it is made, with no window open,
+ * once the process is min_age_ns old and that window closed GITM_DETACH_OWED_AFTER_NS ago (what was
+ * loading then has had time to finish), not at the next window, which the daemon may space out to
+ * minutes for a launch-bound job: CUPTI left attached costs such a job ~40% between windows. */
+#define GITM_DETACH_OWED_AFTER_NS (5ULL * 1000 * 1000 * 1000)
 
 struct gitm_window_counts {
     uint64_t names_at_open, names_at_close;     /* kernel names interned */
@@ -32,6 +37,11 @@ static inline int gitm_may_detach(uint64_t age_ns, uint64_t min_age_ns, const st
     if (age_ns < min_age_ns)
         return 0;
     return gitm_window_quiet(w) || age_ns >= GITM_DETACH_ANYWAY_AGE_NS;
+}
+
+static inline int gitm_owed_detach_due(uint64_t age_ns, uint64_t min_age_ns, uint64_t since_close_ns)
+{
+    return age_ns >= min_age_ns && since_close_ns >= GITM_DETACH_OWED_AFTER_NS;
 }
 
 #endif

@@ -71,6 +71,8 @@ static struct {
     uint64_t names_at_open;      /* names_interned when the window opened */
     uint64_t kernels_seen;       /* kernel records CUPTI delivered, ever */
     uint64_t kernels_at_open;
+    int detach_owed;             /* a window closed without detaching (start-up): owed_detach() */
+    uint64_t closed_at_ns;
     pthread_mutex_t cupti_lock;  /* serialises finalize (app thread) with window changes (control thread) */
     CUpti_SubscriberHandle payload_sub;
     int payload_subscribed;
@@ -427,7 +429,21 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
     pthread_mutex_unlock(&g.cupti_lock);
 }
 
-/* Called with cupti_lock held. */
+/* Called with cupti_lock held: the finalize is taken by the next driver API exit callback. */
+static void arm_detach(void)
+{
+    g.detach_owed = 0;
+    if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
+        return; /* someone else holds the subscriber slot: leave CUPTI attached */
+    if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
+        cuptiUnsubscribe(g.detach_sub);
+        return;
+    }
+    g.detach_subscribed = 1;
+    __atomic_store_n(&g.detach_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* Called with cupti_lock held, when a window has closed (or a yield ended). */
 static void request_detach(void)
 {
     if (!g.detach || g.yield_share || app_holds_slot())
@@ -438,16 +454,43 @@ static void request_detach(void)
         .kernels_at_open = g.kernels_at_open,
         .kernels_at_close = __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED),
     };
-    if (!gitm_may_detach(mono_ns() - g.start_mono_ns, g.detach_min_age_ns, &w))
-        return; /* still starting (detach_rule.h): the kinds are off, CUPTI stays attached */
-    if (cuptiSubscribe(&g.detach_sub, detach_callback, NULL) != CUPTI_SUCCESS)
-        return; /* someone else holds the subscriber slot: leave CUPTI attached */
-    if (cuptiEnableDomain(1, g.detach_sub, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
-        cuptiUnsubscribe(g.detach_sub);
-        return;
+    g.closed_at_ns = mono_ns();
+    if (gitm_may_detach(g.closed_at_ns - g.start_mono_ns, g.detach_min_age_ns, &w)) {
+        arm_detach();
+    } else {
+        g.detach_owed = 1; /* still starting (detach_rule.h): the kinds are off; detach later */
     }
-    g.detach_subscribed = 1;
-    __atomic_store_n(&g.detach_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* The control thread's hold on CUPTI: refused once the process exits (at_exit holds the lock while it
+ * says so), so no CUPTI or CUDA call of ours runs while their libraries tear down. Seen on the H200
+ * before this: a window closing while the job exited crashed in cuptiActivityDisable. */
+static int lock_cupti(void)
+{
+    pthread_mutex_lock(&g.cupti_lock);
+    if (!g.exiting)
+        return 1;
+    pthread_mutex_unlock(&g.cupti_lock);
+    return 0;
+}
+
+/* The control thread, no window open: a detach a start-up window left owed is due once the process is
+ * old enough and that window long enough closed -- not only at the next window, which can be minutes
+ * away for a launch-bound job whose windows the daemon spaces out. */
+static void owed_detach(void)
+{
+    if (!g.detach_owed || g.window_id)
+        return;
+    uint64_t now = mono_ns();
+    if (!gitm_owed_detach_due(now - g.start_mono_ns, g.detach_min_age_ns, now - g.closed_at_ns))
+        return;
+    if (!lock_cupti())
+        return;
+    if (g.detach_owed && !g.window_id && g.detach && !g.yield_share && !app_holds_slot() && !g.detach_subscribed)
+        arm_detach();
+    else
+        g.detach_owed = 0;
+    pthread_mutex_unlock(&g.cupti_lock);
 }
 
 /* Called with cupti_lock held: a detach asked for but not done yet is cancelled. */
@@ -980,6 +1023,7 @@ static void app_cupti_used(void)
 static void open_window(uint32_t id, uint32_t mask)
 {
     cancel_detach();
+    g.detach_owed = 0; /* this window's close decides anew */
     if (g.app_cupti && (g.app_cupti() & GITM_APP_ENABLED)) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
                              "the job's own profiler is tracing (CUPTI activity enabled by the job): not capturing");
@@ -1386,18 +1430,6 @@ static void handle_knob(struct gitm_control *c)
     __atomic_store_n(&c->knob_ack, seq, __ATOMIC_RELEASE);
 }
 
-/* The control thread's hold on CUPTI: refused once the process exits (at_exit holds the lock while it
- * says so), so no CUPTI or CUDA call of ours runs while their libraries tear down. Seen on the H200
- * before this: a window closing while the job exited crashed in cuptiActivityDisable. */
-static int lock_cupti(void)
-{
-    pthread_mutex_lock(&g.cupti_lock);
-    if (!g.exiting)
-        return 1;
-    pthread_mutex_unlock(&g.cupti_lock);
-    return 0;
-}
-
 static void step(void)
 {
     if (g.exiting)
@@ -1458,6 +1490,7 @@ static void step(void)
             }
         }
     }
+    owed_detach();
     handle_knob(c);
 }
 

@@ -29,6 +29,10 @@ int main(void)
     CHECK(gitm_may_detach(0, 0, &quiet), "minimum age 0 (benchmarks): a quiet window detaches at once");
     CHECK(!gitm_may_detach(0, 0, &loading), "minimum age 0: a loading window still does not");
 
+    CHECK(!gitm_owed_detach_due(4 * S, MIN_AGE, 3 * S), "owed, but the process is young: not yet");
+    CHECK(!gitm_owed_detach_due(MIN_AGE, MIN_AGE, 1 * S), "owed, the window closed a second ago: not yet");
+    CHECK(gitm_owed_detach_due(MIN_AGE, MIN_AGE, GITM_DETACH_OWED_AFTER_NS), "owed, old enough, long closed: now");
+
     if (failures)
         return 1;
     printf("detach rule: ok\n");
