@@ -10,7 +10,11 @@ API exit, or cuptiActivityDisable only), with or without the free guard preloade
 kinds or kernel activity only; a mode whose runs crash names the part at fault.
 
     python3 bench/window_stress.py --runs 6 --modes detach,disable,detach-noguard,detach-kernel \
-        [--json OUT] [--steps 30000] [--threads 4] [--open-s 0.1] [--every-s 0.3]
+        [--program threads|launch|cupy] [--json OUT] [--steps 30000] [--threads 4] [--open-s 0.1] \
+        [--every-s 0.3] [--backtrace]
+
+--program: the four-thread torch loop (default), the one-thread torch launch loop, or CuPy's FFT
+loop (no torch).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,7 +38,17 @@ from gitmd.config import CAPTURE_KINDS  # noqa: E402
 
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
 GUARD = ROOT / "shim" / "build" / "libgitm_guard.so"
-PROGRAM = ROOT / "tests" / "gpu" / "programs" / "threads_launch.py"
+W = ROOT / "bench" / "workloads"
+# --program: what runs under the cycling windows (each prints a result line; step times are dropped)
+PROGRAMS = {
+    "threads": lambda steps, threads: [
+        str(ROOT / "tests" / "gpu" / "programs" / "threads_launch.py"),
+        str(steps),
+        str(threads),
+    ],
+    "launch": lambda steps, threads: [str(W / "launch_bound.py"), "--steps", str(steps)],
+    "cupy": lambda steps, threads: [str(W / "cupy_fft.py"), "--n", "4096", "--steps", str(steps)],
+}
 ALL = sum(KIND_BITS[k] for k in CAPTURE_KINDS)
 # mode -> (detach, guard preloaded, window kinds, first window only after --settle-s)
 MODES = {
@@ -48,7 +63,7 @@ MODES = {
 
 def result(out: str) -> str:
     lines = [x for x in out.splitlines() if x.startswith("result ")]
-    return lines[-1] if lines else ""
+    return re.sub(r" step_ms=\S+", "", lines[-1]) if lines else ""  # its timing may change, nothing else
 
 
 def one_run(
@@ -146,7 +161,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--modes", default="detach,disable,detach-noguard,detach-kernel")
     ap.add_argument("--steps", type=int, default=30000)
-    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=4, help="launching threads (--program threads)")
+    ap.add_argument("--program", choices=sorted(PROGRAMS), default="threads")
     ap.add_argument("--open-s", type=float, default=0.1)
     ap.add_argument("--every-s", type=float, default=0.3)
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting runs after this many seconds")
@@ -161,7 +177,7 @@ def main() -> int:
         ap.error(f"unknown mode(s) {bad}; known: {sorted(MODES)}")
     if not SHIM.exists() or not GUARD.exists():
         ap.error("the shim is not built: make -C shim")
-    argv = [sys.executable, str(PROGRAM), str(a.steps), str(a.threads)]
+    argv = [sys.executable, *PROGRAMS[a.program](a.steps, a.threads)]
     preload = ""
     if a.backtrace:
         so = Path(tempfile.mkdtemp()) / "crash_backtrace.so"
