@@ -33,7 +33,7 @@ from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
 from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.capture.ring import RingStatus
-from gitmd.capture.windows import CaptureManager, WindowResult
+from gitmd.capture.windows import CaptureManager, JobCapture, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
@@ -689,7 +689,7 @@ class Service:
             ended.append(job.id)
         return ended
 
-    def _windows(self, job_id: str, jc: Any = None) -> int:
+    def _windows(self, job_id: str, jc: JobCapture | None = None) -> int:
         """Capture windows the job had: counted live while it is tracked, kept after it ends."""
         if jc is None and self.capture is not None:
             jc = self.capture.get(job_id)

@@ -4,9 +4,10 @@
  * Detaching and attaching CUPTI anew while a job is still starting -- loading modules, making threads
  * and streams -- crashed jobs inside CUPTI on the H200 (2026-12-03, bench/window_stress.py: 3 of 22
  * runs, the timed ones within their first three windows; none in ~630 windows after start-up; 0 of 21
- * runs with this rule). So a window detaches only once the process is min_age_ns old and the window
- * was quiet: it saw kernels, and none it had not seen before (a window during the framework's import
- * sees none and says nothing about what comes next). Past anyway_age_ns a process that keeps meeting
+ * runs with this rule). So a window detaches only once the process is min_age_ns old (default
+ * GITM_DETACH_MIN_AGE_MS) and the window was quiet: it saw kernels, and none it had not seen before (a
+ * window during the framework's import sees none and says nothing about what comes next). Past
+ * GITM_DETACH_ANYWAY_AGE_NS a process that keeps meeting
  * new kernels (JIT-compiled ones, new shapes) is detached all the same: left attached it would pay
  * CUPTI's instrumentation between windows for good.
  */

@@ -16,7 +16,12 @@
  *   4. Disabling activity leaves a residual per-launch cost (seen on the H200: +42% on a
  *      launch-bound loop; pytorch#144455). So after a window closes the shim detaches CUPTI with
  *      cuptiFinalize, from the next driver API exit callback as NVIDIA advises; the next window
- *      attaches it again. GITM_SHIM_DETACH=0 keeps disable-only (bench/shim_overhead.py compares).
+ *      attaches it again. Not while the process is starting (detach_rule.h: detaching and
+ *      re-attaching then crashed jobs inside CUPTI): a start-up window closes disable-only and the
+ *      detach is owed, made by the control thread once the process is settled.
+ *      GITM_SHIM_DETACH=0 keeps disable-only (bench/shim_overhead.py compares).
+ *   5. At exit, at_exit takes cupti_lock and marks the process exiting: from then the control thread
+ *      makes no CUPTI or CUDA call (CUPTI tears down with the process).
  *
  * Fail open: no exit/abort, no signal handlers, no CUDA calls inside CUPTI callbacks. Any error
  * switches the shim off (status OFF with the reason in the ring header) and the job runs on.
