@@ -69,6 +69,13 @@ class CaptureConfig:
     # windows come this often, budget permitting, not a full period apart: a run shorter than the
     # period would otherwise end unmeasured; 0: as often as the others
     startup_every_s: float = 5.0
+    # a recurring job whose earlier runs lasted at least twice this long gets its first duty window
+    # once its processes are this old: until then the shim cannot detach CUPTI after a window
+    # (shim/src/detach_rule.h: detaching during start-up crashed jobs inside CUPTI), so a start-up
+    # window costs a launch-bound job CUPTI's instrumentation (~40% on the H200) until then, and
+    # start-up windows rarely show the step; first runs, short jobs, launch trials' runs and
+    # jobs with a live policy to apply keep the early window; 0: no wait
+    settle_s: float = 10.0
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
@@ -348,6 +355,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "window_duration_s": _positive_float,
         "first_window_s": _nonneg_float,
         "startup_every_s": _nonneg_float,
+        "settle_s": _nonneg_float,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
         "context_interval_ms": _int_range(5, 10_000),

@@ -155,6 +155,7 @@ class Service:
         self._workload_causes: dict[str, set[str]] = {}
         self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._steady: set[str] = set()  # jobs a window has found the step of
+        self._settling: set[str] = set()  # known-long jobs whose first window waits (capture.settle_s)
         self._all_dead_since: dict[str, int] = {}
         self.job_events: Hub[JobEvent] = Hub()
         self._duty_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
@@ -271,11 +272,43 @@ class Service:
             )
         if plan.capture and self.capture is not None:
             self.capture.track(job.id, Path(job.runtime_dir))
+            if self._settles(job, plan):
+                self._settling.add(job.id)
+                log.info(
+                    "job %s (%s): its earlier runs lasted over %.0f s; its first capture window waits "
+                    "until its processes are %.0f s old (capture.settle_s)",
+                    job.id,
+                    job.name,
+                    2 * self.config.capture.settle_s,
+                    self.config.capture.settle_s,
+                )
         for w in plan.warnings:
             log.warning("job %s (%s): %s", job.id, job.name, w)
         view = self._view(job)
         self._publish("registered", view)
         return view, plan
+
+    def _settles(self, job: Job, plan: LaunchPlan) -> bool:
+        """Whether the job's first duty window waits until its processes are capture.settle_s old:
+        only a recurring job whose earlier runs (the latest three) all lasted at least twice that, not
+        a launch trial's run (it exists to be measured, both arms alike) nor one with a live policy
+        to apply (a window finds what its levers act on)."""
+        settle = self.config.capture.settle_s
+        if settle <= 0 or plan.trial or job.id in self._live_pending:
+            return False
+        runs = self.jobs.earlier_runs_s(job.launch_key, job.created_ns)
+        return bool(runs) and min(runs) >= 2 * settle
+
+    def _unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
+        """A settling job whose oldest live process is younger than capture.settle_s."""
+        if job_id not in self._settling:
+            return False
+        born = [st.created_real_ns for st, alive in procs if alive and st.created_real_ns]
+        if born and time.time_ns() - min(born) < self.config.capture.settle_s * 1e9:
+            return True
+        self._settling.discard(job_id)  # settled: from now on its windows come as any job's
+        log.info("job %s: its processes have settled; first capture window now", job_id)
+        return False
 
     def _trial_arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
         """A launch trial of the workload runs: this launch is its next run, arm A or B."""
@@ -584,8 +617,11 @@ class Service:
             with self._exp_lock:
                 if job_id in self._exp_running:
                     continue  # its experiment opens the windows it needs
-            if not any(alive for _, alive in self.capture.processes(job_id)):
+            procs = self.capture.processes(job_id)
+            if not any(alive for _, alive in procs):
                 continue
+            if jc.windows == 0 and self._unsettled(job_id, procs):
+                continue  # a known-long job: no window while its shim cannot detach CUPTI
             self._duty_pool.submit(self._duty_window, job_id)
 
     def _duty_window(self, job_id: str) -> None:
@@ -707,6 +743,7 @@ class Service:
         self._live_pending.pop(job_id, None)
         self._trial_causes.pop(job_id, None)
         self._steady.discard(job_id)
+        self._settling.discard(job_id)
         self._history.pop(job_id, None)
         self._newest.pop(job_id, None)
         self._reports.pop(job_id, None)

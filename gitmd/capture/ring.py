@@ -51,6 +51,7 @@ class RingStatus:
     capacity: int
     pending: int
     detaches: int = 0  # windows closed with cuptiFinalize; the others closed with their kinds disabled
+    created_real_ns: int = 0  # the ring's creation by the shim (InitializeInjection, the first CUDA call)
 
 
 class Ring:
@@ -193,6 +194,7 @@ class Ring:
             capacity=self.capacity,
             pending=self.pending(),
             detaches=int(h["detaches"]),
+            created_real_ns=int(h["created_real_ns"]),
         )
 
     def clock_pairs(self) -> np.ndarray:

@@ -6,6 +6,7 @@ stages extend (launch keys, GPUs, equivalence contracts, exploration).
 
 from __future__ import annotations
 
+import builtins
 import json
 import pwd
 import re
@@ -241,6 +242,19 @@ class JobRegistry:
         with self.store.reading() as db:
             rows = db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns", args)
             return [_row_to_job(r) for r in rows]
+
+    def earlier_runs_s(self, launch_key: str, before_ns: int, runs: int = 3) -> builtins.list[float]:
+        """How long (registration to exit, seconds) each of the latest ``runs`` runs of
+        ``launch_key`` that exited before ``before_ns`` lasted, newest first."""
+        if not launch_key:
+            return []
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT created_ns, ended_ns FROM jobs WHERE launch_key = ? AND created_ns < ? "
+                "AND state = 'exited' AND ended_ns IS NOT NULL ORDER BY created_ns DESC LIMIT ?",
+                [launch_key, before_ns, runs],
+            )
+            return [(r["ended_ns"] - r["created_ns"]) / 1e9 for r in rows]
 
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:

@@ -115,6 +115,72 @@ def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
     assert submitted == [view.job.id, view.job.id]
 
 
+def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """Until a process is 10 s old the shim closes a window without detaching CUPTI (detaching then
+    crashed jobs on the H200), so a start-up window costs a launch-bound job ~40% until then: a
+    recurring job whose earlier runs all lasted at least twice capture.settle_s gets no duty window
+    before its processes are settle_s old. A first run, a job whose runs were short, a launch
+    trial's run and a job with a live policy to apply get theirs at once."""
+    import time
+
+    svc = make_service(tmp_path)
+    settle = svc.config.capture.settle_s
+    assert settle > 0
+
+    def earlier_run(name: str, seconds: float) -> None:
+        v, _ = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        svc.jobs.exited(v.job.id, 0)
+        with svc.jobs.store.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET created_ns = ended_ns - ? WHERE id = ?", [int(seconds * 1e9), v.job.id]
+            )
+
+    template = tmp_path / "template"
+    template.mkdir()
+    live_ring(str(template), write_ring)  # a ring naming this living process
+
+    def launch(name: str, age_s: float) -> str:
+        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        data = bytearray((template / "ring-1-1.gitm").read_bytes())
+        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
+        (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+        return v.job.id
+
+    for _ in range(2):
+        earlier_run("long", 3 * settle)
+    earlier_run("short", 3 * settle)
+    earlier_run("short", settle)  # one of its runs was short: it may be again
+    submitted: list[str] = []
+    svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    young = launch("long", 1.0)
+    first = launch("first", 1.0)
+    short = launch("short", 1.0)
+    settled = launch("long", settle + 1.0)
+    svc.duty_cycle()
+    assert sorted(submitted) == sorted([first, short, settled])
+    assert young in svc._settling and settled not in svc._settling
+    # its processes settle: the first window comes
+    ring = Path(svc.get_job(young).job.runtime_dir) / "ring-1-1.gitm"
+    data = bytearray(ring.read_bytes())
+    data[56:64] = (time.time_ns() - int((settle + 0.5) * 1e9)).to_bytes(8, "little")
+    ring.write_bytes(bytes(data))
+    submitted.clear()
+    for j in (first, short, settled):
+        svc.capture.get(j).next_due_mono = time.monotonic() + 60  # type: ignore[union-attr]
+    svc.duty_cycle()
+    assert submitted == [young] and young not in svc._settling
+    # a launch trial's run and a job with a live policy pending keep the early window
+    from gitmd.jobs.launch import LaunchPlan
+
+    job = svc.jobs.get(young)
+    assert svc._settles(job, LaunchPlan({}, ()))
+    assert not svc._settles(job, LaunchPlan({}, (), trial="launch trial 1: arm A"))
+    svc._live_pending[job.id] = [1, [], 0]
+    assert not svc._settles(job, LaunchPlan({}, ()))
+
+
 @pytest.mark.parametrize(
     ("fixture", "full_at_once"),
     [("bf16-n8192.w2.npz", True), ("launch-1k.w2.npz", False)],
