@@ -40,7 +40,14 @@ from gitmd.events import Hub, Watch
 from gitmd.experiments.decide import Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Intervention, Interventions
-from gitmd.experiments.live import Experiment, ExperimentStore, LiveExperiment, Measurement, decision_json
+from gitmd.experiments.live import (
+    Experiment,
+    ExperimentStore,
+    LiveExperiment,
+    Measurement,
+    decision_json,
+    gpu_busy,
+)
 from gitmd.experiments.runs import MAX_SPOILED, LaunchTrials, decide_trial
 from gitmd.experiments.tune import TunedLever, tune_lever
 from gitmd.jobs.discovery import UntrackedProcess, untracked
@@ -1028,16 +1035,19 @@ class Service:
                 return None  # the job ended
             steps = self._after_window(w)
             values: tuple[float, ...] = ()
+            busy = None
             if steps is not None:
                 main = next(p for p in w.processes if p.pid == steps.pid)
                 values = tuple(float(x) for x in payload_scalars(main.records))
+                k = main.records.kernels
+                busy = gpu_busy(k["start_ns"], k["end_ns"])
             # Time per step over the window (its length / complete steps), not the median step: a
             # thread that loses its core for whole time slices issues its steps at full speed when
             # it runs, so the median hides exactly the time contention costs.
             step_ms = None
             if steps is not None and steps.stats.found and steps.stats.steps > 0:
                 step_ms = (w.end_real_ns - w.start_real_ns) / 1e6 / steps.stats.steps
-            return Measurement(w.window_id, step_ms, values)
+            return Measurement(w.window_id, step_ms, values, busy)
 
         try:
             exp = LiveExperiment(

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gitmd.experiments.decide import MIN_GAIN, Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Interventions
@@ -36,6 +38,51 @@ class Measurement:
     window_id: int
     step_ms: float | None  # the job's median step time in the window (None: no step found)
     payloads: tuple[float, ...] = ()
+    # the share of the span of the window's kernels (the stepping process's) during which one of
+    # them ran (None: too few kernels to say)
+    gpu_busy: float | None = None
+
+
+# A host-only lever's measured speedup is checked against what is possible: the step cannot get
+# shorter than the GPU's work in it, so at most 1 / (the baseline's GPU-busy share). A result whose
+# interval's lower bound is above that by more than this is a measurement artifact, not a gain.
+PLAUSIBLE_SLACK = 0.02
+MIN_BUSY_KERNELS = 10  # fewer kernels in a window: no busy share (gpu_busy)
+
+
+def gpu_busy(start_ns: Any, end_ns: Any) -> float | None:
+    """Share of [first start, last end] covered by at least one of the kernel intervals."""
+    st = np.asarray(start_ns, dtype=np.int64)
+    en = np.asarray(end_ns, dtype=np.int64)
+    ok = (st > 0) & (en > st)
+    st, en = st[ok], en[ok]
+    if len(st) < MIN_BUSY_KERNELS:
+        return None
+    order = np.argsort(st, kind="stable")
+    st, en = st[order], en[order]
+    reach = np.maximum.accumulate(en)
+    idle = np.clip(st[1:] - reach[:-1], 0, None).sum()
+    span = reach[-1] - st[0]
+    return float(1.0 - idle / span) if span > 0 else None
+
+
+def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decision | None:
+    """The decision overturned when a host-only lever's promoted speedup exceeds what the GPU's
+    own work in the baseline windows allows (a bf16 GEMM job queueing 50 steps ahead, H200
+    2026-12-03: cpu_affinity measured 1.21x, 95% 1.07-1.35, delivered 1.001x)."""
+    if not (d.promote and lever.host_only and d.interval is not None and baseline_busy):
+        return None
+    busy = sorted(baseline_busy)[len(baseline_busy) // 2]
+    bound = 1.0 / busy
+    if d.interval.low <= bound * (1 + PLAUSIBLE_SLACK):
+        return None
+    return Decision(
+        False,
+        f"{d.interval.speedup:.3f}x measured (95% {d.interval.low:.3f}-{d.interval.high:.3f}) but the GPU "
+        f"was busy {busy:.1%} of the baseline windows: a change to the host threads can give at most "
+        f"{bound:.3f}x; a measurement artifact, not promoted",
+        d.interval,
+    )
 
 
 @dataclass
@@ -179,7 +226,13 @@ class LiveExperiment:
                 self.interventions.revert(iv.id, "between treatment windows")
         if m is not None:
             self.exp.arms.append(
-                {"arm": arm, "window_id": m.window_id, "step_ms": m.step_ms, "at_ns": time.time_ns()}
+                {
+                    "arm": arm,
+                    "window_id": m.window_id,
+                    "step_ms": m.step_ms,
+                    "gpu_busy": m.gpu_busy,
+                    "at_ns": time.time_ns(),
+                }
             )
         return m
 
@@ -199,6 +252,7 @@ class LiveExperiment:
         a: list[float] = []
         b: list[float] = []
         nonfinite = False
+        busy: list[float] = []  # the baseline windows' GPU-busy shares
         for r in range(self.rounds):
             pair: dict[str, float] = {}
             for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
@@ -213,6 +267,8 @@ class LiveExperiment:
                     )
                 if m.step_ms is not None and m.step_ms > 0:
                     pair[arm] = m.step_ms
+                if arm == "A" and m.gpu_busy is not None and m.gpu_busy > 0:
+                    busy.append(m.gpu_busy)
                 if arm == "B" and any(not math.isfinite(x) for x in m.payloads):
                     nonfinite = True
             if len(pair) == 2:  # a window without a step found spoils only its pair
@@ -221,6 +277,7 @@ class LiveExperiment:
         failures = ("NaN or Inf in payload samples under the treatment",) if nonfinite else ()
         verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
         d = decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)
+        d = implausible(self.lever, d, busy) or d
         self.exp.state = "decided"
         self.exp.decision = decision_json(d)
         self.experiments.update(self.exp)

@@ -54,6 +54,10 @@ class Lever(ABC):
     kind: ClassVar[Kind]
     risk: ClassVar[Risk] = Risk.SAFE
     causes: ClassVar[frozenset[str]] = frozenset()
+    # it acts only on how the job's host threads run (where, at what priority, how they wait): it
+    # cannot make a step shorter than the GPU's own work in it (experiments check what they measure
+    # against that bound)
+    host_only: ClassVar[bool] = False
 
     def __init__(self, **setting: Any) -> None:
         self.setting: dict[str, Any] = dict(setting)

@@ -143,6 +143,7 @@ class CpuAffinity(_PerThread):
     """Pin the job's threads to ``cpus`` (near its GPU, away from contended cores)."""
 
     name = "cpu_affinity"
+    host_only = True
     causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
     what = "CPUs"
 
@@ -163,6 +164,7 @@ class SchedPriority(_PerThread):
     """Nice value of the job's threads (negative: ahead of other work on its cores; needs root)."""
 
     name = "sched_priority"
+    host_only = True
     causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
     what = "nice value"
 

@@ -173,6 +173,7 @@ class SyncSpin(_DeviceValueKnob):
     waiting thread busy-waits on its core instead; results do not change."""
 
     name = "sync_spin"
+    host_only = True
     causes = frozenset({"sync_stall"})
     op_name = "GITM_KNOB_CTX_SCHED"
     field = "sched"

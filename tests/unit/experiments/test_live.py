@@ -52,7 +52,7 @@ def steps(tmp_path: Path) -> Path:
     return tmp_path / "steps.txt"
 
 
-def measurer(path: Path) -> Iterator[Measurement | None]:
+def measurer(path: Path, busy: float | None = None) -> Iterator[Measurement | None]:
     n = 0
     while True:
         start = path.stat().st_size if path.exists() else 0
@@ -63,17 +63,19 @@ def measurer(path: Path) -> Iterator[Measurement | None]:
         n += 1
         # time per step over the window, as the daemon measures it: a thread that loses its core for
         # whole time slices runs its steps at full speed when it runs, so a median would hide that
-        yield Measurement(window_id=n, step_ms=600.0 / len(lines) if lines else None)
+        yield Measurement(window_id=n, step_ms=600.0 / len(lines) if lines else None, gpu_busy=busy)
 
 
-def run(tmp_path: Path, cpus: tuple[int, int], steps: Path, hog: bool) -> tuple[bool, dict, set[int]]:
+def run(
+    tmp_path: Path, cpus: tuple[int, int], steps: Path, hog: bool, busy: float | None = None
+) -> tuple[bool, dict, set[int]]:
     job = spawn(JOB, cpus[0], str(steps))
     hogs = [spawn(HOG, cpus[0]) for _ in range(2)] if hog else []
     try:
         time.sleep(0.5)
         store = Store(tmp_path / "s.db")
         ivs = Interventions(store)
-        m = measurer(steps)
+        m = measurer(steps, busy)
         exp = LiveExperiment(
             ExperimentStore(store),
             ivs,
@@ -107,3 +109,47 @@ def test_nothing_to_gain_leaves_the_job_as_it_was(tmp_path: Path, cpus: tuple[in
     promoted, decision, affinity = run(tmp_path, cpus, steps, hog=False)
     assert not promoted, decision
     assert affinity == {cpus[0]}  # back to where the job was, not to a default
+
+
+def test_a_host_lever_faster_than_the_gpu_allows_is_not_promoted(
+    tmp_path: Path, cpus: tuple[int, int], steps: Path
+) -> None:
+    """On the H200 (2026-12-03) a bf16 GEMM job that queues 50 steps ahead had cpu_affinity measured
+    1.21x faster (95% 1.07-1.35) in its windows and delivered 1.001x: its GPU was busy the whole time,
+    so no change to its host threads could shorten its step. With the baseline windows' GPU-busy
+    share of that job's real capture, the same real, measurably faster CPU job is not promoted and
+    is left where it was."""
+    from gitmd.capture import capture_file
+    from gitmd.experiments.live import gpu_busy
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "planted" / "bf16-n8192.w2.npz"
+    k = capture_file.loads(fixture).processes[0].records.kernels
+    busy = gpu_busy(k["start_ns"], k["end_ns"])
+    assert busy is not None and busy > 0.99
+    promoted, decision, affinity = run(tmp_path, cpus, steps, hog=True, busy=busy)
+    assert not promoted and "measurement artifact" in decision["reason"], decision
+    assert decision["low"] > 1 / busy * 1.02  # it was faster as measured: the bound overturned it
+    assert affinity == {cpus[0]}
+
+
+def test_the_gpu_busy_share_of_real_windows() -> None:
+    """The share of a window's kernel span with a kernel running, from real H200 captures: GEMMs back
+    to back, a synchronizing loop, a launch-bound loop; overlapping streams count once."""
+    import numpy as np
+
+    from gitmd.capture import capture_file
+    from gitmd.experiments.live import gpu_busy
+
+    planted = Path(__file__).resolve().parents[2] / "fixtures" / "planted"
+    share = {}
+    for name in ("bf16-n8192", "sync-n3072", "launch-1k"):
+        k = capture_file.loads(planted / f"{name}.w2.npz").processes[0].records.kernels
+        share[name] = gpu_busy(k["start_ns"], k["end_ns"])
+    assert share["bf16-n8192"] > 0.99
+    assert 0.8 < share["sync-n3072"] < 0.95  # idle while the host wakes from each sync
+    assert share["launch-1k"] < 0.2
+    # two streams overlapping: [0,10) and [5,20), then idle to 30, then [30,40)
+    st = np.array([1, 6, 31] * 4) * 1_000
+    en = np.array([11, 21, 41] * 4) * 1_000
+    assert gpu_busy(st, en) == pytest.approx(30 / 40)
+    assert gpu_busy(st[:3], en[:3]) is None  # too few kernels to say
