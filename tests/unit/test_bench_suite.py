@@ -44,6 +44,21 @@ def test_the_report_scores_a_row() -> None:
     assert worse["regressions"] == 1 and worse["violations"] == 1  # slower, and its outputs changed
 
 
+def test_the_overhead_of_a_first_run_and_of_recurring_runs() -> None:
+    """The H200's CuPy control (2026-12-03): gitmd's first run against its recurring ones, each
+    over the median plain run, shown in the report next to the overall median."""
+    from bench.run import overhead_split
+
+    runs = {"plain_ms": [0.1951, 0.1824, 0.1796], "gitmd_ms": [0.2040, 0.1942, 0.2100]}
+    got = overhead_split(runs)
+    assert abs(got["overhead_first"] - (0.2040 / 0.1824 - 1)) < 1e-12
+    assert abs(got["overhead_recurring"] - (0.2021 / 0.1824 - 1)) < 1e-12
+    assert overhead_split({"plain_ms": [None], "gitmd_ms": [0.2]}) == {}
+    (w,) = [x for x in suite() if x.name == "cupy_fft"]
+    row = score(w, {"promoted": [], "speedup": 1.0, "overhead": 0.118, **got}, None)
+    assert "+11.8% (first run +11.8%, recurring +10.8%)" in report([row], ["x"], "H200")
+
+
 def test_a_stopped_part_keeps_what_it_measured() -> None:
     """A call's time limit stops the scoreboard midway: the part's row keeps the runs done, marked
     partial; a run the stop itself cut (its program got SIGTERM too) is no violation."""
