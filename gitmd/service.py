@@ -155,7 +155,7 @@ class Service:
         self.trials = LaunchTrials(jobs.store)
         self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
         self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
-        # job id -> (window id, its causes above threshold, the previous window's)
+        # job id -> (window id, its causes above threshold, the previous window's): _earlier_causes
         self._trial_causes: dict[str, tuple[int, set[str], set[str]]] = {}
         # workload id -> the causes of its latest window, whichever run it was in: a run too short
         # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
@@ -433,6 +433,27 @@ class Service:
         else:
             self._live_pending[job_id] = [pid, left, windows + 1]
 
+    def _earlier_causes(self, job: Job, report: WindowReport) -> set[str]:
+        """The causes above threshold in the window before ``report``'s: of this run, or for its
+        first window, the previous run's last one (runs shorter than two windows are common: a 15-s
+        job gets a short first window and one full window). Experiments and launch trials act only
+        on a cause seen in two windows in a row: one window can be start-up (a model's weights
+        copied from pageable memory once look like a pageable-copy cause; a bf16 job's warm-up
+        looked like a 25% sync stall on the H200, 2026-12-03, and a CPU experiment ran on it)."""
+        now = {c.name for c in report.causes if c.above_threshold}
+        first = job.id not in self._trial_causes
+        wid, seen, earlier = self._trial_causes.get(job.id, (-1, set(), set()))
+        if wid != report.window_id:
+            earlier = (
+                (self._workload_causes.get(job.workload_id, set()) if job.workload_id else set())
+                if first
+                else seen
+            )
+            self._trial_causes[job.id] = (report.window_id, now, earlier)
+            if job.workload_id:
+                self._workload_causes[job.workload_id] = now
+        return earlier
+
     def _maybe_plan_trial(self, job_id: str) -> None:
         """After a duty window: a cause above threshold that a launch lever addresses plans a
         launch trial for the job's workload (one at a time, one per lever)."""
@@ -448,18 +469,8 @@ class Service:
             return
         tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
-        # A trial costs the workload's next runs: plan only for a cause seen in two windows in a
-        # row (one window can be start-up: a model's weights copied from pageable memory once look
-        # like a pageable-copy cause) — of this run, or for its first window, the previous run's
-        # last one (runs shorter than two windows are common: a 15-s job gets a short first window
-        # and one full window).
-        now = {c.name for c in report.causes if c.above_threshold}
-        first = job_id not in self._trial_causes
-        wid, seen, earlier = self._trial_causes.get(job_id, (-1, set(), set()))
-        if wid != report.window_id:
-            earlier = self._workload_causes.get(job.workload_id, set()) if first else seen
-            self._trial_causes[job_id] = (report.window_id, now, earlier)
-            self._workload_causes[job.workload_id] = now
+        # A trial costs the workload's next runs: plan only for a cause seen in two windows in a row
+        earlier = self._earlier_causes(job, report)
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier:
                 continue
@@ -861,7 +872,8 @@ class Service:
             report = self.attribution(job_id)
         except GitmdError:
             return
-        top = next((c for c in report.causes if c.above_threshold), None)
+        earlier = self._earlier_causes(job, report)
+        top = next((c for c in report.causes if c.above_threshold and c.name in earlier), None)
         if top is None:
             return
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.

@@ -707,6 +707,53 @@ def test_a_launch_with_its_validated_policy_is_not_explored(tmp_path: Path) -> N
     assert not svc._known(known.job.id)
 
 
+def test_an_experiment_needs_its_cause_in_two_windows_in_a_row(tmp_path: Path) -> None:
+    """A bf16 job's warm-up window looked like a 25% sync stall on the H200 (2026-12-03) and a CPU
+    experiment ran on it at once; its steady windows show none. A live experiment now needs its
+    cause above threshold in the window before too — of this run, or for a run's first window, the
+    previous run's last one — as launch trials already did."""
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import LEVERS, Cause
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    shown: list[list[str]] = []
+
+    def attribution(job_id: str, window_id: int = 0) -> object:
+        causes = [Cause(n, 1e6, 0.5, 0.7, ("x",), LEVERS[n], True) for n in shown[-1]]
+        return SimpleNamespace(window_id=len(shown), causes=causes)
+
+    tried: list[tuple[str, str]] = []
+    svc.attribution = attribution  # type: ignore[method-assign]
+    svc._live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+    svc._exp_pool.submit = lambda fn, job_id, lever, cause, cancel: tried.append((job_id, cause))  # type: ignore[method-assign,assignment,misc]
+
+    def run() -> str:
+        view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
+        svc.jobs.set_workload(view.job.id, "w1")
+        svc._steady.add(view.job.id)
+        return view.job.id
+
+    def window(job_id: str, causes: list[str]) -> None:
+        shown.append(causes)
+        svc._maybe_experiment(job_id)
+
+    first = run()
+    window(first, ["sync_stall"])  # start-up: seen once
+    window(first, [])  # steady: gone
+    window(first, ["host_contention"])
+    assert tried == []
+    window(first, ["host_contention"])  # twice in a row
+    assert tried == [(first, "host_contention")]
+    svc._exp_running.pop(first, None)
+    # the next run's first window: the previous run's last window had the cause too
+    second = run()
+    window(second, ["host_contention"])
+    assert tried[-1] == (second, "host_contention")
+
+
 def test_a_jobs_window_count_is_kept_after_it_exits(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
     """`gitmctl job` after the job ended said 0 windows (its capture is untracked at exit and the
     count went with it): the H200 window-cycling test read 0 for jobs that had 6 and 12."""
