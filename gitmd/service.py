@@ -27,7 +27,7 @@ from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.hostbuffers import HotBuffer, hot_pageable_buffers, to_pin
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
-from gitmd.analysis.steps import JobSteps, job_steps
+from gitmd.analysis.steps import JobSteps, gpu_busy, job_steps, time_per_step_ms
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
@@ -46,7 +46,6 @@ from gitmd.experiments.live import (
     LiveExperiment,
     Measurement,
     decision_json,
-    gpu_busy,
 )
 from gitmd.experiments.runs import MAX_SPOILED, LaunchTrials, decide_trial
 from gitmd.experiments.tune import TunedLever, tune_lever
@@ -779,8 +778,8 @@ class Service:
             found = steps.stats.found and steps.stats.steps > 0
             if found:
                 self._steady.add(window.job_id)
-            if found and window.job_id in self._trial_runs:
-                per_step = (window.end_real_ns - window.start_real_ns) / 1e6 / steps.stats.steps
+            per_step = time_per_step_ms(window, steps)
+            if found and window.job_id in self._trial_runs and per_step is not None:
                 self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
@@ -1053,13 +1052,7 @@ class Service:
                 values = tuple(float(x) for x in payload_scalars(main.records))
                 k = main.records.kernels
                 busy = gpu_busy(k["start_ns"], k["end_ns"])
-            # Time per step over the window (its length / complete steps), not the median step: a
-            # thread that loses its core for whole time slices issues its steps at full speed when
-            # it runs, so the median hides exactly the time contention costs.
-            step_ms = None
-            if steps is not None and steps.stats.found and steps.stats.steps > 0:
-                step_ms = (w.end_real_ns - w.start_real_ns) / 1e6 / steps.stats.steps
-            return Measurement(w.window_id, step_ms, values, busy)
+            return Measurement(w.window_id, time_per_step_ms(w, steps), values, busy)
 
         try:
             exp = LiveExperiment(

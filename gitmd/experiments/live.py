@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from gitmd.experiments.decide import MIN_GAIN, Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Interventions
@@ -47,23 +45,6 @@ class Measurement:
 # shorter than the GPU's work in it, so at most 1 / (the baseline's GPU-busy share). A result whose
 # interval's lower bound is above that by more than this is a measurement artifact, not a gain.
 PLAUSIBLE_SLACK = 0.02
-MIN_BUSY_KERNELS = 10  # fewer kernels in a window: no busy share (gpu_busy)
-
-
-def gpu_busy(start_ns: Any, end_ns: Any) -> float | None:
-    """Share of [first start, last end] covered by at least one of the kernel intervals."""
-    st = np.asarray(start_ns, dtype=np.int64)
-    en = np.asarray(end_ns, dtype=np.int64)
-    ok = (st > 0) & (en > st)
-    st, en = st[ok], en[ok]
-    if len(st) < MIN_BUSY_KERNELS:
-        return None
-    order = np.argsort(st, kind="stable")
-    st, en = st[order], en[order]
-    reach = np.maximum.accumulate(en)
-    idle = np.clip(st[1:] - reach[:-1], 0, None).sum()
-    span = reach[-1] - st[0]
-    return float(1.0 - idle / span) if span > 0 else None
 
 
 def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decision | None:

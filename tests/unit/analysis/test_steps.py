@@ -96,3 +96,38 @@ def test_job_steps_from_a_real_window_and_its_api_message() -> None:
         main is not None
         and len(next(p for p in torch_kw.processes if p.pid == main.pid).records.kernels) == 500
     )
+
+
+def test_time_per_step_of_a_job_queueing_ahead_is_its_kernels_rate() -> None:
+    """Real H200 windows. A bf16 GEMM job that queues 50 steps ahead of its GPU has only the kernels
+    launched while the window was open recorded, run back to back in a tenth of the window: its
+    time per step is their span over the steps (two windows of the same job: 1.77 and 1.67 ms, the
+    detected step 1.71 and 1.57), not the window's length over them (15.2 and 18.4 ms, a fifth
+    apart for the same job). Every other planted case keeps the window's length over its steps."""
+    from pathlib import Path
+
+    from gitmd.analysis.steps import job_steps, time_per_step_ms
+    from gitmd.capture import capture_file
+
+    planted = Path(__file__).resolve().parents[2] / "fixtures" / "planted"
+    for case in (
+        "bf16-n8192",
+        "sync-n3072",
+        "launch-1k",
+        "cpu-hog",
+        "pageable-64mb",
+        "cotenant",
+        "alloc-cap6",
+    ):
+        for w_name in ("w1", "w2"):
+            w = capture_file.loads(planted / f"{case}.{w_name}.npz")
+            steps = job_steps(w)
+            assert steps is not None and steps.stats.found, case
+            got = time_per_step_ms(w, steps)
+            over_window = (w.end_real_ns - w.start_real_ns) / 1e6 / steps.stats.steps
+            assert got is not None
+            if case == "bf16-n8192":
+                assert 0.9 < got / (steps.stats.median_ns / 1e6) < 1.15 and got < over_window / 5
+            else:
+                assert got == over_window, case
+    assert time_per_step_ms(w, None) is None

@@ -119,8 +119,8 @@ def test_a_host_lever_faster_than_the_gpu_allows_is_not_promoted(
     so no change to its host threads could shorten its step. With the baseline windows' GPU-busy
     share of that job's real capture, the same real, measurably faster CPU job is not promoted and
     is left where it was."""
+    from gitmd.analysis.steps import gpu_busy
     from gitmd.capture import capture_file
-    from gitmd.experiments.live import gpu_busy
 
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "planted" / "bf16-n8192.w2.npz"
     k = capture_file.loads(fixture).processes[0].records.kernels
@@ -137,8 +137,8 @@ def test_the_gpu_busy_share_of_real_windows() -> None:
     to back, a synchronizing loop, a launch-bound loop; overlapping streams count once."""
     import numpy as np
 
+    from gitmd.analysis.steps import gpu_busy
     from gitmd.capture import capture_file
-    from gitmd.experiments.live import gpu_busy
 
     planted = Path(__file__).resolve().parents[2] / "fixtures" / "planted"
     share = {}
