@@ -33,7 +33,7 @@ from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
 from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.capture.ring import RingStatus
-from gitmd.capture.windows import CaptureManager, JobCapture, WindowResult
+from gitmd.capture.windows import KIND_BITS, CaptureManager, JobCapture, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
@@ -703,11 +703,40 @@ class Service:
         jc.period_s = period
         # due half a tick early, so that a period is never a tick late
         jc.next_due_mono = time.monotonic() + period - min(c.window_every_s, duty.TICK_S) / 2
-        if probe and period <= c.window_every_s:
-            with self._exp_lock:
-                busy = job_id in self._exp_running  # its experiment opens the windows it needs
-            if not busy:  # a full window fits the budget: now, not a period later
-                self._duty_pool.submit(self._duty_window, job_id)
+        with self._exp_lock:
+            busy = job_id in self._exp_running  # its experiment opens the windows it needs
+        if busy:
+            return
+        if probe and period <= c.window_every_s:  # a full window fits the budget: now, not a period later
+            self._duty_pool.submit(self._duty_window, job_id)
+        elif period > 2 * duty.TICK_S and self._releasable(w):
+            self._duty_pool.submit(self._release_window, job_id)
+
+    @staticmethod
+    def _releasable(w: WindowResult) -> bool:
+        """The window was the first of a settled process that saw kernels: its shim closed it without
+        detaching CUPTI (duty.needs_release) and no window follows soon."""
+        now = time.time_ns()
+        return any(
+            len(p.records.kernels) > 0
+            and p.status.created_real_ns > 0
+            and duty.needs_release(p.status.windows_opened, (now - p.status.created_real_ns) / 1e9)
+            for p in w.processes
+        )
+
+    def _release_window(self, job_id: str) -> None:
+        """A window of duty.RELEASE_WINDOW_S, kernel activity only, not analysed: quiet, so the shim
+        detaches CUPTI at its close rather than after the owed-detach delay."""
+        assert self.capture is not None
+        with self._exp_lock:
+            if job_id in self._exp_running:
+                return
+        try:
+            self.capture.capture(job_id, duty.RELEASE_WINDOW_S, kinds_mask=KIND_BITS["kernel"], keep=False)
+        except KeyError:
+            return  # the job exited meanwhile
+        except Exception:
+            log.exception("release window of job %s failed", job_id)
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         """End jobs whose launcher never reported: every process gone for REAP_AFTER_S, or never

@@ -33,6 +33,25 @@ TICK_S = 1.0
 STARTUP_WINDOWS = 6
 
 
+# The shim's start-up rule (shim/src/detach_rule.h; tests/unit/capture/test_duty.py checks they
+# agree): a window closes with a detach only once the process is this old and the window was quiet
+# (saw kernels, none new), or is at least SHIM_DETACH_ANYWAY_S old; otherwise the detach is owed and
+# made 5 s after the close, CUPTI attached until then (~40% on a launch-bound loop, H200).
+SHIM_DETACH_MIN_AGE_S = 10.0
+SHIM_DETACH_ANYWAY_S = 60.0
+# A process's first window always meets new kernel names, so it never closes quiet: when it was
+# opened on a settled process, a release window this short follows it at once (kernel activity
+# only, no analysis): the same kernels again, quiet, so the shim detaches at its close instead of
+# 5 s later.
+RELEASE_WINDOW_S = 0.1
+
+
+def needs_release(windows_opened: int, age_s: float) -> bool:
+    """After a window: whether a process with this many windows so far (its first one just closed)
+    and this age keeps CUPTI attached for the owed-detach delay unless released."""
+    return windows_opened == 1 and SHIM_DETACH_MIN_AGE_S <= age_s < SHIM_DETACH_ANYWAY_S
+
+
 MIN_WINDOW_RECORDS = 10_000  # a window capped lower could not show a step of a launch-heavy job
 
 

@@ -185,12 +185,21 @@ class CaptureManager:
 
     # -- windows -------------------------------------------------------------------------------
     def capture(
-        self, job_id: str, duration_s: float, ack_timeout_s: float = 3.0, max_records: int | None = None
+        self,
+        job_id: str,
+        duration_s: float,
+        ack_timeout_s: float = 3.0,
+        max_records: int | None = None,
+        kinds_mask: int | None = None,
+        keep: bool = True,
     ) -> WindowResult:
         """One window on every live process of the job. ``max_records``: the window closes early once
         its processes have written this many records (a duty window's launch budget: a job whose
         launch rate rose since the last window, or was never seen, cannot cost more than that), but
-        not before CAP_MIN_S (what the window's analysis needs)."""
+        not before CAP_MIN_S (what the window's analysis needs). ``kinds_mask``: the activity kinds
+        (default: the configured ones). ``keep`` False: not the job's latest window nor counted in
+        its windows (a release window, duty.RELEASE_WINDOW_S)."""
+        mask = self.kinds_mask if kinds_mask is None else kinds_mask
         jc = self.get(job_id)
         if jc is None:
             raise KeyError(job_id)
@@ -204,10 +213,7 @@ class CaptureManager:
                 pc.ring.discard()  # anything left from before is not this window's
             live = {n: pc for n, pc in jc.procs.items() if pc.alive}
             start_real = time.time_ns()
-            seqs = {
-                n: pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
-                for n, pc in live.items()
-            }
+            seqs = {n: pc.ring.open_window(window_id, mask, self.flush_interval_ms) for n, pc in live.items()}
             self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
             sampler = self.context() if self.context is not None else None
             if sampler is not None:
@@ -225,7 +231,7 @@ class CaptureManager:
                         if n not in live and pc.alive:
                             live[n] = pc
                             base[n] = pc.ring.status().records_written
-                            seqs[n] = pc.ring.open_window(window_id, self.kinds_mask, self.flush_interval_ms)
+                            seqs[n] = pc.ring.open_window(window_id, mask, self.flush_interval_ms)
                     if max_records is not None:
                         written = sum(pc.ring.status().records_written - base[n] for n, pc in live.items())
                         if written >= max_records and time.monotonic() - opened >= CAP_MIN_S:
@@ -249,8 +255,9 @@ class CaptureManager:
                 pairs = _clock_pairs(pc.ring, decoded)
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
             result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
-            jc.windows += 1
-            jc.last = result
+            if keep:
+                jc.windows += 1
+                jc.last = result
             return result
 
     def _wait_acks(

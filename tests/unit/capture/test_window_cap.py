@@ -66,3 +66,29 @@ def test_a_window_with_a_record_cap_closes_when_its_processes_reach_it(
         stop.set()
         t.join()
         mgr.untrack("j")
+
+
+def test_a_release_window_asks_kernels_only_and_is_not_the_jobs_window(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """duty.RELEASE_WINDOW_S: the control page asks for kernel activity only, and the window is
+    neither counted in the job's windows nor kept as its latest (what `gitmctl explain` reads)."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    path = _live_ring(job_dir, write_ring)
+    mgr = CaptureManager(abi.load(), ("kernel", "memcpy", "sync"), 250)
+    mgr.track("j", job_dir)
+    try:
+        full = mgr.capture("j", 0.05, ack_timeout_s=0.05)
+        jc = mgr.get("j")
+        assert jc is not None and jc.windows == 1 and jc.last is full
+        ring = Ring(path, abi.load())
+        try:
+            assert int(ring.ctl["kinds_mask"]) == 1 | 2 | 8
+            mgr.capture("j", 0.05, ack_timeout_s=0.05, kinds_mask=1, keep=False)
+            assert int(ring.ctl["kinds_mask"]) == 1
+        finally:
+            ring.close()
+        assert jc.windows == 1 and jc.last is full
+    finally:
+        mgr.untrack("j")
