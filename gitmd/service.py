@@ -27,7 +27,7 @@ from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.hostbuffers import HotBuffer, hot_pageable_buffers, to_pin
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
-from gitmd.analysis.steps import JobSteps, gpu_busy, job_steps, time_per_step_ms
+from gitmd.analysis.steps import JobSteps, job_steps, step_timing, time_per_step_ms
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
@@ -1075,13 +1075,11 @@ class Service:
                 return None  # the job ended
             steps = self._after_window(w)
             values: tuple[float, ...] = ()
-            busy = None
             if steps is not None:
                 main = next(p for p in w.processes if p.pid == steps.pid)
                 values = tuple(float(x) for x in payload_scalars(main.records))
-                k = main.records.kernels
-                busy = gpu_busy(k["start_ns"], k["end_ns"])
-            return Measurement(w.window_id, time_per_step_ms(w, steps), values, busy)
+            step_ms, busy = step_timing(w, steps)
+            return Measurement(w.window_id, step_ms, values, busy)
 
         try:
             exp = LiveExperiment(

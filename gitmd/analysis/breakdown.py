@@ -51,8 +51,9 @@ class Breakdown:
         }
 
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals, sorted and disjoint."""
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals, sorted and disjoint (int64)."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     if len(starts) == 0:
         return starts, ends
     order = np.argsort(starts, kind="stable")
@@ -139,8 +140,8 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     else:
         lo, hi = window
     span = max(0, hi - lo)
-    kb_s, kb_e = _merge(np.clip(ks, lo, hi), np.clip(ke, lo, hi))
-    busy_s, busy_e = _merge(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))
+    kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))
+    busy_s, busy_e = merge_intervals(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))
     kernels_ns = _total(kb_s, kb_e)
     busy_ns = _total(busy_s, busy_e)
     # idle gaps: between busy intervals, and before the first / after the last

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gitmd.analysis.breakdown import Breakdown
+from gitmd.analysis.breakdown import Breakdown, merge_intervals
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.hostbuffers import hot_pageable_buffers, to_pin
@@ -336,18 +336,6 @@ def rank(
 STREAM_SYNC = 3  # CUpti_ActivitySynchronizationType: stream synchronize
 
 
-def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as sorted, disjoint (starts, ends)."""
-    if not len(start):
-        return start.astype(np.int64), end.astype(np.int64)
-    o = np.argsort(start, kind="stable")
-    s, e = start[o].astype(np.int64), np.maximum.accumulate(end[o].astype(np.int64))
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > e[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.append(e[idx[1:] - 1], e[-1])
-
-
 def _inside(x: np.ndarray, merged: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     s, e = merged
     if not len(s):
@@ -374,9 +362,9 @@ def starved_stream(r: Decoded) -> tuple[float, int, float]:
         mine = k["stream_id"] == sid
         if not mine.any() or mine.all():
             continue
-        waits = _merge(y["start_ns"][y["stream_id"] == sid], y["end_ns"][y["stream_id"] == sid])
-        own = _merge(k["start_ns"][mine], k["end_ns"][mine])
-        other = _merge(k["start_ns"][~mine], k["end_ns"][~mine])
+        waits = merge_intervals(y["start_ns"][y["stream_id"] == sid], y["end_ns"][y["stream_id"] == sid])
+        own = merge_intervals(k["start_ns"][mine], k["end_ns"][mine])
+        other = merge_intervals(k["start_ns"][~mine], k["end_ns"][~mine])
         edges = np.unique(np.concatenate([*waits, *own, *other]))
         if len(edges) < 2:
             continue

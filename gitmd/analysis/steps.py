@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gitmd.analysis.breakdown import merge_intervals
 from gitmd.capture.windows import WindowResult
 
 MIN_STEPS = 3
@@ -152,32 +153,36 @@ def gpu_busy(start_ns: np.ndarray, end_ns: np.ndarray) -> float | None:
 
 
 def _busy_span(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[int, float] | None:
+    """(last end - first start, the busy share of that span) of the timed kernels."""
     st = np.asarray(start_ns, dtype=np.int64)
     en = np.asarray(end_ns, dtype=np.int64)
     ok = (st > 0) & (en > st)
-    st, en = st[ok], en[ok]
-    if len(st) < MIN_BUSY_KERNELS:
+    if int(ok.sum()) < MIN_BUSY_KERNELS:
         return None
-    order = np.argsort(st, kind="stable")
-    st, en = st[order], en[order]
-    reach = np.maximum.accumulate(en)
-    idle = int(np.clip(st[1:] - reach[:-1], 0, None).sum())
-    span = int(reach[-1] - st[0])
-    return (span, 1.0 - idle / span) if span > 0 else None
+    s, e = merge_intervals(st[ok], en[ok])
+    span = int(e[-1] - s[0])
+    return (span, int((e - s).sum()) / span) if span > 0 else None
+
+
+def step_timing(window: WindowResult, steps: JobSteps | None) -> tuple[float | None, float | None]:
+    """The job's time per step in a window (ms; None: no step found) and the GPU-busy share of its
+    stepping process's kernels (None: too few), from one pass over them. Time per step is the
+    window's length over its complete steps (a thread that loses its core for whole time slices runs
+    its steps at full speed when it runs, so a median step would hide exactly what contention costs)
+    — or, for a window of a job queueing far ahead of its GPU (above), its kernels' span over them."""
+    if steps is None:
+        return None, None
+    main = next((p for p in window.processes if p.pid == steps.pid), None)
+    got = _busy_span(main.records.kernels["start_ns"], main.records.kernels["end_ns"]) if main else None
+    busy = None if got is None else got[1]
+    if not steps.stats.found or steps.stats.steps <= 0:
+        return None, busy
+    window_ns = window.end_real_ns - window.start_real_ns
+    if got is not None and got[0] < QUEUED_SPAN_SHARE * window_ns and got[1] >= QUEUED_BUSY:
+        return got[0] / 1e6 / steps.stats.steps, busy
+    return (window_ns / 1e6 / steps.stats.steps if window_ns > 0 else None), busy
 
 
 def time_per_step_ms(window: WindowResult, steps: JobSteps | None) -> float | None:
-    """The job's time per step in a window: the window's length over its complete steps (a thread
-    that loses its core for whole time slices runs its steps at full speed when it runs, so a median
-    step would hide exactly what contention costs) — or, for a window of a job queueing far ahead
-    of its GPU (above), its kernels' span over its steps. None: no step found."""
-    if steps is None or not steps.stats.found or steps.stats.steps <= 0:
-        return None
-    window_ns = window.end_real_ns - window.start_real_ns
-    main = next((p for p in window.processes if p.pid == steps.pid), None)
-    if main is not None:
-        k = main.records.kernels
-        got = _busy_span(k["start_ns"], k["end_ns"])
-        if got is not None and got[0] < QUEUED_SPAN_SHARE * window_ns and got[1] >= QUEUED_BUSY:
-            return got[0] / 1e6 / steps.stats.steps
-    return window_ns / 1e6 / steps.stats.steps if window_ns > 0 else None
+    """The job's time per step in a window (step_timing)."""
+    return step_timing(window, steps)[0]
