@@ -6,6 +6,7 @@ The servicer converts messages and calls these; tests and other transports can c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -54,10 +55,10 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.levers.base import Lever, LeverError, Risk, Target
 from gitmd.levers.host import gpu_local_cpus, quiet_cpus
-from gitmd.levers.launch_env import EnvLever, with_site
+from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, EnvLever, with_site
 from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
-from gitmd.levers.shim_knobs import SyncSpin
+from gitmd.levers.shim_knobs import AllocKeepCacheLive, SyncSpin
 from gitmd.store.audit import Audit
 from gitmd.store.audit import row as audit_row
 from gitmd.store.library import LIVE_POLICY_LEVERS, Library, Policy, Workload
@@ -67,6 +68,10 @@ from gitmd.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
 LIVE_POLICY_WINDOWS = 5  # windows a run's live policy waits for its target to show
+LIVE_POLICY_TICKS = 30  # duty ticks (~1 s) a window-free lever of it waits for its target to show
+# live levers whose target is the job's processes themselves (or its background co-tenants'): a
+# policy of them is applied as soon as the processes show, with no capture window
+WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield"})
 
 DEFAULT_TELEMETRY_LIMIT = 10_000
 MAX_TRACE_S = 300.0
@@ -147,6 +152,7 @@ class Service:
         self.experiments = ExperimentStore(jobs.store)
         self._exp_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="experiment")
         self._exp_running: dict[str, threading.Event] = {}  # job id -> its experiment's cancel flag
+        self._exp_cause: dict[str, str] = {}  # job id -> the cause its running experiment acts on
         self._exp_tried: set[tuple[str, str]] = set()  # (job id, lever): one try per job
         self._exp_lock = threading.Lock()
         self._fingerprinted: set[str] = set()
@@ -154,6 +160,8 @@ class Service:
         self.trials = LaunchTrials(jobs.store)
         self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
         self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
+        self._live_lock = threading.Lock()  # applying a live policy: from the duty tick and its windows
+        self._live_ticks: dict[str, int] = {}  # job id -> duty ticks that tried its window-free levers
         # job id -> (window id, its causes above threshold, the previous window's): _earlier_causes
         self._trial_causes: dict[str, tuple[int, set[str], set[str]]] = {}
         # workload id -> the causes of its latest window, whichever run it was in: a run too short
@@ -271,6 +279,8 @@ class Service:
                         self._policies[job.id],
                         workload.id,
                     )
+        if plan.capture and set(LIVE_FLAG_LEVERS) & set(self.config.experiments.live_levers):
+            plan = dataclasses.replace(plan, env={**plan.env, LIVE_FLAGS_VAR: "1"})
         plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
         if capture and self.capture is None:
             plan = LaunchPlan(
@@ -280,12 +290,17 @@ class Service:
             self.capture.track(job.id, Path(job.runtime_dir))
             if self._settles(job, plan):
                 self._settling.add(job.id)
+                why = (
+                    "it got its workload's policy"
+                    if self._known(job.id)
+                    else f"its earlier runs lasted over {2 * self.config.capture.settle_s:.0f} s"
+                )
                 log.info(
-                    "job %s (%s): its earlier runs lasted over %.0f s; its first capture window waits "
-                    "until its processes are %.0f s old (capture.settle_s)",
+                    "job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
+                    "(capture.settle_s)",
                     job.id,
                     job.name,
-                    2 * self.config.capture.settle_s,
+                    why,
                     self.config.capture.settle_s,
                 )
         for w in plan.warnings:
@@ -296,12 +311,20 @@ class Service:
 
     def _settles(self, job: Job, plan: LaunchPlan) -> bool:
         """Whether the job's first duty window waits until its processes are capture.settle_s old:
-        only a recurring job whose earlier runs (the latest three) all lasted at least twice that, not
-        a launch trial's run (it exists to be measured, both arms alike) nor one with a live policy
-        to apply (a window finds what its levers act on)."""
+        a recurring job whose earlier runs (the latest three) all lasted at least twice that, or one
+        that got its workload's policy and is not explored (_known: its windows at start-up would
+        serve nothing, and cost a launch-bound job CUPTI's instrumentation until then — contended's
+        policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd);
+        not a launch trial's run (it exists to be measured, both arms alike) nor one with a live
+        policy whose lever needs a window to find what it acts on (a stream, a buffer)."""
         settle = self.config.capture.settle_s
-        if settle <= 0 or plan.trial or job.id in self._live_pending:
+        if settle <= 0 or plan.trial:
             return False
+        pending = self._live_pending.get(job.id)
+        if pending is not None and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in pending[1]):
+            return False
+        if self._known(job.id):
+            return True
         runs = self.jobs.earlier_runs_s(job.launch_key, job.created_ns)
         return bool(runs) and min(runs) >= 2 * settle
 
@@ -399,11 +422,16 @@ class Service:
                 driver=self.backend.driver_version() or "",
             )
 
-    def _apply_live_policy(self, job_id: str) -> None:
+    def _apply_live_policy(self, job_id: str, window_free: bool = False) -> None:
         """A recurring job's validated live levers, applied once its processes are seen (the
         stream, the CPUs found anew in this run) and kept: no experiment, one window at most to
         learn what the lever acts on. A lever whose target is not there within LIVE_POLICY_WINDOWS
-        windows is dropped (said in the log)."""
+        windows is dropped (said in the log). ``window_free``: from the duty tick, with no window,
+        only the levers that need none (WINDOW_FREE_LEVERS), and no window counted."""
+        with self._live_lock:
+            self._apply_live_policy_locked(job_id, window_free)
+
+    def _apply_live_policy_locked(self, job_id: str, window_free: bool) -> None:
         pending = self._live_pending.get(job_id)
         if pending is None:
             return
@@ -411,6 +439,9 @@ class Service:
         job = self.jobs.get(job_id)
         left = []
         for item in items:
+            if window_free and item.get("lever") not in WINDOW_FREE_LEVERS:
+                left.append(item)
+                continue
             lever = self._live_lever(item["lever"], job)
             if lever is None:
                 left.append(item)
@@ -423,6 +454,20 @@ class Service:
             except LeverError as e:
                 log.warning("job %s: policy %d's %s could not be applied: %s", job_id, pid, lever.name, e)
             self._exp_tried.add((job_id, lever.name))  # known: no experiment on it in this run
+        if window_free:
+            ticks = self._live_ticks.get(job_id, 0) + 1
+            self._live_ticks[job_id] = ticks
+            if ticks >= LIVE_POLICY_TICKS:  # its processes have shown for that long: nothing to act on
+                for item in [x for x in left if x.get("lever") in WINDOW_FREE_LEVERS]:
+                    why = "found nothing to act on; not applied"
+                    log.info("job %s: policy %d's %s %s", job_id, pid, item["lever"], why)
+                left = [x for x in left if x.get("lever") not in WINDOW_FREE_LEVERS]
+            if left:
+                self._live_pending[job_id] = [pid, left, windows]
+            else:
+                self._live_pending.pop(job_id, None)
+                self._live_ticks.pop(job_id, None)
+            return
         if not left or windows + 1 >= LIVE_POLICY_WINDOWS:
             self._live_pending.pop(job_id, None)
             for item in left:
@@ -467,11 +512,13 @@ class Service:
         except GitmdError:
             return
         tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
+        with self._exp_lock:
+            live_on = self._exp_cause.get(job_id)  # a live lever is being tried on that cause
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
         # A trial costs the workload's next runs: plan only for a cause seen in two windows in a row
         earlier = self._earlier_causes(job, report)
         for cause in report.causes:
-            if not cause.above_threshold or cause.name not in earlier:
+            if not cause.above_threshold or cause.name not in earlier or cause.name == live_on:
                 continue
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
@@ -479,6 +526,8 @@ class Service:
                 lever = make_lever(name)
                 if not isinstance(lever, EnvLever):
                     continue
+                if lever.live_form in cfg.live_levers and (job_id, lever.live_form) in self._exp_tried:
+                    continue  # tried within the run: its outcome stands for the launch form too
                 if lever.risk is Risk.NUMERICS and not reported:
                     continue  # its numbers could not be compared across runs (payloads come per window)
                 t = self.trials.plan(job.workload_id, lever, cause.name)
@@ -637,6 +686,8 @@ class Service:
             procs = self.capture.processes(job_id)
             if not any(alive for _, alive in procs):
                 continue
+            if job_id in self._live_pending:  # no window needed for those (it samples CPUs: off the tick)
+                self._duty_pool.submit(functools.partial(self._apply_live_policy, window_free=True), job_id)
             if jc.windows == 0 and self._unsettled(job_id, procs):
                 continue  # a known-long job: no window while its shim cannot detach CUPTI
             self._duty_pool.submit(self._duty_window, job_id)
@@ -787,6 +838,7 @@ class Service:
 
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)
+        self._live_ticks.pop(job_id, None)
         self._trial_causes.pop(job_id, None)
         self._steady.discard(job_id)
         self._settling.discard(job_id)
@@ -917,6 +969,7 @@ class Service:
                     return
                 cancel = threading.Event()
                 self._exp_running[job_id] = cancel
+                self._exp_cause[job_id] = top.name
                 self._exp_tried.add((job_id, name))
             log.info(
                 "job %s: %s costs %.0f%% of its time; trying %s",
@@ -981,6 +1034,8 @@ class Service:
                 return None
             jobs = [b.id for b in bg]
             return make_lever("cotenant_yield", pids=yielding, jobs=jobs, share=750, period_ms=100)
+        if name == "alloc_keep_cache_live":
+            return self._keep_cache(job)
         if name in ("stream_priority", "mempool_release", "sync_spin"):
             window = self._newest.get(job.id)
             if window is None or self.capture is None:
@@ -1002,6 +1057,35 @@ class Service:
                 return self._sync_spin(job, main.pid, device)
             return make_lever("mempool_release", pid=main.pid, device=device)
         return None
+
+    def _keep_cache(self, job: Job) -> Lever | None:
+        """The process that allocates and frees the most in the newest window, if gitmd's hook in
+        it reads the keep-cache flag (it has called torch.cuda.empty_cache() under GITMD_LIVE_FLAGS):
+        a flag nobody reads would change nothing, and the launch form is then tried instead."""
+        window = self._newest.get(job.id)
+        if window is None or self.capture is None:
+            return None
+        rings = self.capture.ring_paths(job.id)
+        procs = [p for p in window.processes if p.pid in rings and len(p.records.memory)]
+        if not procs:
+            return None
+        main = max(procs, key=lambda p: len(p.records.memory))
+        lever = make_lever("alloc_keep_cache_live", pid=main.pid)
+        assert isinstance(lever, AllocKeepCacheLive)
+        try:
+            _, reads = lever.read(self._target(job.id))
+        except LeverError as e:
+            log.info("job %s: alloc_keep_cache_live not tried: %s", job.id, e)
+            return None
+        if reads == 0:
+            log.info(
+                "job %s: alloc_keep_cache_live not tried: no hook in pid %d reads its flag (no "
+                "torch.cuda.empty_cache() under gitmd's sitecustomize)",
+                job.id,
+                main.pid,
+            )
+            return None
+        return lever
 
     def _sync_spin(self, job: Job, pid: int, device: int) -> Lever | None:
         """Only a context that sleeps in its synchronizations (yield or blocking sync) can gain:
@@ -1103,6 +1187,7 @@ class Service:
         finally:
             with self._exp_lock:
                 self._exp_running.pop(job_id, None)
+                self._exp_cause.pop(job_id, None)
             job = self.jobs.get(job_id)
             self._publish("experiment", self._view(job))
 

@@ -58,6 +58,7 @@ LEVERS: dict[str, tuple[str, ...]] = {
         "alloc_gc_threshold",
         "alloc_max_split_size",
         "alloc_keep_cache",
+        "alloc_keep_cache_live",
         "mempool_release",
     ),
     # Stream priorities act inside one CUDA context; another process's share of the GPU is reclaimed
@@ -132,8 +133,11 @@ class _Builder:
         )
 
 
+CACHE_LEVERS = ("alloc_keep_cache_live", "alloc_keep_cache")  # live first: decided within the run
+
+
 def _cache_first(levers: tuple[str, ...]) -> tuple[str, ...]:
-    return ("alloc_keep_cache", *(x for x in levers if x != "alloc_keep_cache"))
+    return (*CACHE_LEVERS, *(x for x in levers if x not in CACHE_LEVERS))
 
 
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:

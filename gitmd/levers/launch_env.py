@@ -17,6 +17,10 @@ from gitmd.levers.base import Kind, Lever, LeverError, Risk, Target
 # of them names this directory in GITM_SITE and the launcher puts it first on PYTHONPATH.
 SITE_DIR = Path(__file__).resolve().parent / "site"
 KNOB_PREFIX = "GITMD_"
+# In a captured job's plan while a live lever that needs it may run: gitmd's sitecustomize wraps the
+# framework calls those levers switch, and each call asks the shim in the process for its flag.
+LIVE_FLAGS_VAR = "GITMD_LIVE_FLAGS"
+LIVE_FLAG_LEVERS = ("alloc_keep_cache_live",)
 
 
 def with_site(env: Mapping[str, str]) -> dict[str, str]:
@@ -57,6 +61,9 @@ class EnvLever(Lever):
 
     kind = Kind.LAUNCH
     variables: ClassVar[tuple[str, ...]] = ()
+    # the same change made live (a lever of gitmd.levers.shim_knobs): tried within the run first; a
+    # job that had it tried live gets no launch trial of this one
+    live_form: ClassVar[str] = ""
 
     def values(self) -> dict[str, str]:
         raise NotImplementedError
@@ -148,6 +155,7 @@ class AllocKeepCache(EnvLever):
     held, hence the memory risk."""
 
     name = "alloc_keep_cache"
+    live_form = "alloc_keep_cache_live"
     causes = frozenset({"allocator"})
     risk = Risk.MEMORY
     variables = ("GITMD_KEEP_CACHE",)

@@ -23,7 +23,14 @@ from gitmd.levers.launch_env import (
     DataloaderWorkers,
     Tf32Override,
 )
-from gitmd.levers.shim_knobs import CotenantYield, MempoolRelease, PinHostBuffer, StreamPriority, SyncSpin
+from gitmd.levers.shim_knobs import (
+    AllocKeepCacheLive,
+    CotenantYield,
+    MempoolRelease,
+    PinHostBuffer,
+    StreamPriority,
+    SyncSpin,
+)
 
 CATALOG: dict[str, type[Lever]] = {
     cls.name: cls
@@ -33,6 +40,7 @@ CATALOG: dict[str, type[Lever]] = {
         AllocGcThreshold,
         AllocMaxSplitSize,
         AllocKeepCache,
+        AllocKeepCacheLive,
         CudaDeviceMaxConnections,
         CpuThreads,
         CudnnBenchmark,

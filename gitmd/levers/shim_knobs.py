@@ -163,6 +163,50 @@ class MempoolRelease(_DeviceValueKnob):
         return f"mempool_release: the pool's threshold is {now}, not {self._want()}"
 
 
+class AllocKeepCacheLive(KnobLever):
+    """``alloc_keep_cache`` switched while the job runs: a job that empties PyTorch's allocator
+    cache every step pays a cudaFree (which waits for the device) and a cudaMalloc each time; with
+    the shim's keep-cache flag set, gitmd's sitecustomize (on the job's path as GITMD_LIVE_FLAGS=1)
+    makes torch.cuda.empty_cache() keep the cache. The allocator still frees cached blocks itself
+    before an allocation would pass the device's memory or the job's memory fraction; other
+    processes on the GPU see the memory held, hence the memory risk. Reverting clears the flag: the
+    job's next empty_cache() hands the cache back as before."""
+
+    name = "alloc_keep_cache_live"
+    causes = frozenset({"allocator"})
+    risk = Risk.MEMORY
+    op_name = "GITM_KNOB_FLAG"
+    FLAG = 1  # GITM_FLAG_KEEP_CACHE
+    why: ClassVar[dict[int, str]] = {-errno.EINVAL: "the shim in the process has no such flag"}
+
+    def resources(self) -> frozenset[str]:
+        return frozenset({f"allocator-cache:{self.setting.get('pid')}"})
+
+    def read(self, target: Target) -> tuple[int, int]:
+        """The flag now and how many times the process's hook has read it."""
+        out = self.send(target, (self.FLAG, 0, 1))
+        return out[1], out[2]
+
+    def capture(self, target: Target) -> dict[str, Any]:
+        return {"keep": self.read(target)[0]}
+
+    def apply(self, target: Target) -> None:
+        self.send(target, (self.FLAG, 1, 0))
+
+    def verify(self, target: Target) -> None:
+        keep, reads = self.read(target)
+        if keep != 1:
+            raise LeverError(f"alloc_keep_cache_live: the keep-cache flag is {keep}, not 1")
+        if reads == 0:
+            raise LeverError(
+                "alloc_keep_cache_live: no hook in the process reads the flag (it calls "
+                "torch.cuda.empty_cache() without gitmd's sitecustomize: no GITMD_LIVE_FLAGS=1 at launch)"
+            )
+
+    def revert(self, target: Target, saved: Mapping[str, Any]) -> None:
+        self.send(target, (self.FLAG, int(saved.get("keep", 0)), 0))
+
+
 SCHED_NAMES = {0: "auto", 1: "spin", 2: "yield", 4: "blocking sync"}
 
 

@@ -454,6 +454,7 @@ LIVE_POLICY_LEVERS: dict[str, tuple[str, ...]] = {
     "pin_host_buffer": (),  # the buffers are found anew in each run
     "cotenant_yield": ("share", "period_ms"),  # the background co-tenants too
     "sync_spin": ("sched",),
+    "alloc_keep_cache_live": (),  # the process that empties the cache is found anew in each run
 }
 
 

@@ -112,6 +112,14 @@ extern "C" {
  * the CUresult on error. -ESRCH: the process has no active primary context on that device;
  * -ENOTSUP: the driver has no cuCtxSetFlags (CUDA 12.1); -EINVAL: not a scheduling value. */
 #define GITM_KNOB_CTX_SCHED 6
+/* A flag that gitmd's framework hooks read inside the job's process (gitmd's sitecustomize, through
+ * gitm_shim_flag() below): args[0] the flag (GITM_FLAG_*), args[1] its value, args[2] 1: only read.
+ * out[0] the value before, out[1] after, out[2] how many times the process has read the flag (0:
+ * no hook in the process consults it, so setting it changes nothing). -EINVAL: no such flag. */
+#define GITM_KNOB_FLAG 7
+/* while set, torch.cuda.empty_cache() keeps PyTorch's cached blocks (lever alloc_keep_cache) */
+#define GITM_FLAG_KEEP_CACHE 1
+#define GITM_FLAGS 4 /* flags 1 .. GITM_FLAGS - 1 */
 
 struct gitm_clock_pair {
     uint64_t cupti_ns;    /* cuptiGetTimestamp() */
@@ -274,6 +282,11 @@ struct gitm_hostsrc_payload {    /* GITM_REC_HOSTSRC: correlation_id of the copy
 /* GITM_REC_NAME: correlation_id = name id, device = chunk index, flags bit 0 = last chunk;
  * start_ns, end_ns and payload hold GITM_NAME_CHUNK bytes of the name, NUL-padded. */
 /* GITM_ABI_END */
+
+/* Exported by libgitm_shim.so for hooks in the job's own process (not part of the file's layout):
+ * the flag's value as the daemon last set it through GITM_KNOB_FLAG, 0 for an unknown flag. Safe
+ * from any thread at any time, before initialisation too; it counts the reads (out[2] above). */
+uint64_t gitm_shim_flag(uint32_t flag);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,8 @@ static struct {
     uint32_t yield_share;         /* GITM_KNOB_YIELD: permille of each period launches are held (0: off) */
     uint64_t yield_period_ns;
     uint64_t yield_until_ns;      /* CLOCK_MONOTONIC: the yield lifts itself then */
+    uint64_t flags[GITM_FLAGS];       /* GITM_KNOB_FLAG: read by the process's hooks (gitm_shim_flag) */
+    uint64_t flag_reads[GITM_FLAGS];
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -1397,6 +1399,26 @@ out:
     return rc;
 }
 
+EXPORT uint64_t gitm_shim_flag(uint32_t flag)
+{
+    if (flag == 0 || flag >= GITM_FLAGS)
+        return 0;
+    __atomic_fetch_add(&g.flag_reads[flag], 1, __ATOMIC_RELAXED);
+    return __atomic_load_n(&g.flags[flag], __ATOMIC_ACQUIRE);
+}
+
+static int knob_flag(const uint64_t *args, uint64_t *out)
+{
+    if (args[0] == 0 || args[0] >= GITM_FLAGS)
+        return -EINVAL;
+    out[0] = __atomic_load_n(&g.flags[args[0]], __ATOMIC_ACQUIRE);
+    if (args[2] != 1)
+        __atomic_store_n(&g.flags[args[0]], args[1], __ATOMIC_RELEASE);
+    out[1] = __atomic_load_n(&g.flags[args[0]], __ATOMIC_ACQUIRE);
+    out[2] = __atomic_load_n(&g.flag_reads[args[0]], __ATOMIC_RELAXED);
+    return 0;
+}
+
 static void handle_knob(struct gitm_control *c)
 {
     if (g.exiting)
@@ -1413,6 +1435,13 @@ static void handle_knob(struct gitm_control *c)
         c->knob_out[1] = mono_ns();
         c->knob_result = 0;
         break;
+    case GITM_KNOB_FLAG: {
+        uint64_t args[4], out[4] = {0};
+        memcpy(args, (const void *)c->knob_args, sizeof args);
+        c->knob_result = knob_flag(args, out);
+        memcpy((void *)c->knob_out, out, sizeof out);
+        break;
+    }
     case GITM_KNOB_STREAM_PRIORITY:
     case GITM_KNOB_MEMPOOL_RELEASE:
     case GITM_KNOB_HOST_REGISTER:

@@ -6,6 +6,7 @@ tune` keeps the cache across launches only if it is faster with the same checksu
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from gitmd.levers.base import Target
 from gitmd.levers.registry import make
+from gitmd.levers.shim_knobs import AllocKeepCacheLive
 from tests.gpu.test_experiments import CONFIG, W, decided, job_pid, keep_log, out
 from tests.gpu.test_pin_host_buffer import _rings
 from tests.gpu.test_tune import tune
@@ -51,6 +53,53 @@ def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
         record["explain"] = why.stdout or why.stderr
         out("sync-spin.json", record)
         keep_log(d, "gitmd-sync-spin.log")
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(60)
+
+
+@pytest.mark.timeout(300)
+def test_a_job_emptying_the_cache_every_step_keeps_it_live(daemon_factory: Any) -> None:
+    """alloc_keep_cache_live, unattended: the job's torch.cuda.empty_cache() (gitmd's sitecustomize,
+    on its path as GITMD_LIVE_FLAGS=1) reads the shim's keep-cache flag at every call; gitmd
+    attributes the allocator stall, sets the flag in treatment windows only, and keeps it set once
+    faster, within the run, with no launch trial planned for the launch form."""
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    job = subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", "cache", "--",
+         sys.executable, str(W / "alloc_churn.py"), "--seconds", "150"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    record: dict[str, Any] = {}
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        pid = job_pid(d, "cache")
+        ring = next(p for p in _rings(d, "cache") if p.name.startswith(f"ring-{pid}-"))
+        target = Target(job_id="cache", pids=(pid,), rings={pid: str(ring)}, owner_uid=os.getuid())
+        knob = make("alloc_keep_cache_live", pid=pid)
+        assert isinstance(knob, AllocKeepCacheLive)
+        record["flag_at_start"] = knob.read(target)
+        keep, reads = record["flag_at_start"]
+        assert keep == 0 and reads > 0, record  # the hook in real torch asks the real shim
+        final = decided(d, "cache", "alloc_keep_cache_live", record, 120)
+        assert final is not None, f"no alloc_keep_cache_live experiment was decided: {record['tried']}"
+        record["flag_after"] = knob.read(target)
+        assert final.cause == "allocator" and final.state == "promoted", final.reason
+        assert record["flag_after"][0] == 1 and record["flag_after"][1] > reads
+        ctl = [*command("gitmctl"), "--socket", str(d.socket), "library"]
+        listed = json.loads(subprocess.run([*ctl, "list", "--json"], capture_output=True, text=True,
+                                           timeout=60, check=True).stdout)  # fmt: skip
+        shown = [
+            subprocess.run(
+                [*ctl, "show", w["id"], "--json"], capture_output=True, text=True, timeout=60
+            ).stdout
+            for w in listed.get("workloads", [])
+        ]
+        record["workloads"] = shown
+        assert not any('"alloc_keep_cache"' in x for x in shown)  # no launch trial of the launch form
+    finally:
+        out("keep-cache-live.json", record)
+        keep_log(d, "gitmd-keep-cache-live.log")
         if job.poll() is None:
             job.send_signal(signal.SIGTERM)
             job.wait(60)

@@ -146,7 +146,7 @@ def test_no_toolkit_means_a_clear_message_and_no_shim(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not shutil.which("nm"), reason="nm is not installed")
-def test_shim_exports_only_the_injection_entry_point() -> None:
+def test_shim_exports_only_the_injection_entry_point_and_its_flags() -> None:
     lib = ROOT / "shim" / "build" / "libgitm_shim.so"
     if not lib.exists():
         pytest.skip("the shim was not built here (no CUDA toolkit with CUPTI)")
@@ -154,4 +154,21 @@ def test_shim_exports_only_the_injection_entry_point() -> None:
         ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
     )
     exported = {line.split()[-1] for line in syms.stdout.splitlines() if " T " in line}
-    assert exported == {"InitializeInjection"}
+    assert exported == {"InitializeInjection", "gitm_shim_flag"}
+
+
+def test_the_shims_flags_read_zero_until_the_daemon_sets_them() -> None:
+    """gitm_shim_flag, what gitmd's sitecustomize calls in the job's process: safe before the shim
+    was initialised (loaded, never injected: the state of a process whose CUDA is not up yet), 0 for
+    every flag, known or not."""
+    lib = ROOT / "shim" / "build" / "libgitm_shim.so"
+    if not lib.exists():
+        pytest.skip("the shim was not built here (no CUDA toolkit with CUPTI)")
+    code = (
+        "import ctypes, sys\n"
+        "f = ctypes.CDLL(sys.argv[1]).gitm_shim_flag\n"
+        "f.restype, f.argtypes = ctypes.c_uint64, [ctypes.c_uint32]\n"
+        "print([f(i) for i in (0, 1, 2, 3, 4, 1 << 31)])\n"
+    )
+    r = subprocess.run(["python3", "-c", code, str(lib)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stderr

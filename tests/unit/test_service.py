@@ -122,7 +122,8 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     crashed jobs on the H200), so a start-up window costs a launch-bound job ~40% until then: a
     recurring job whose earlier runs all lasted at least twice capture.settle_s gets no duty window
     before its processes are settle_s old. A first run, a job whose runs were short, a launch
-    trial's run and a job with a live policy to apply get theirs at once."""
+    trial's run and a job with a live policy whose lever needs a window get theirs at once; a job
+    that got its workload's policy and is not explored waits, whatever its runs' length."""
     import time
 
     svc = make_service(tmp_path)
@@ -177,8 +178,16 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     job = svc.jobs.get(young)
     assert svc._settles(job, LaunchPlan({}, ()))
     assert not svc._settles(job, LaunchPlan({}, (), trial="launch trial 1: arm A"))
-    svc._live_pending[job.id] = [1, [], 0]
-    assert not svc._settles(job, LaunchPlan({}, ()))
+    svc._live_pending[job.id] = [1, [{"lever": "stream_priority", "setting": {}}], 0]
+    assert not svc._settles(job, LaunchPlan({}, ()))  # a window finds the stream to raise
+    svc._live_pending[job.id] = [1, [{"lever": "cpu_affinity", "setting": {}}], 0]
+    assert svc._settles(job, LaunchPlan({}, ()))  # applied from the tick, as its processes show
+    del svc._live_pending[job.id]
+    brief = svc.jobs.get(short)
+    assert not svc._settles(brief, LaunchPlan({}, ()))
+    svc._policies[brief.id] = 7  # it got its workload's policy: known, not explored
+    assert svc._settles(brief, LaunchPlan({}, ()))
+    svc._policies[brief.id] = 0
 
 
 @pytest.mark.parametrize(
@@ -484,7 +493,18 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
         os.sched_setaffinity(child.pid, {first})  # started squeezed onto one core
         _ring_for(write_ring, plan.env["GITM_JOB_DIR"], child.pid)
         assert [alive for _, alive in svc.get_job(view.job.id).processes] == [True]
-        svc._apply_live_policy(view.job.id)  # what the first duty window of the run does
+        ran: list[object] = []
+
+        def run_now(fn: Callable[[str], None], job_id: str) -> None:
+            ran.append(fn)
+            fn(job_id)
+
+        svc._duty_pool.submit = run_now  # type: ignore[method-assign,assignment]
+        # the duty tick: a known job settles (no window before its processes are settle_s old), and
+        # a lever that needs no window is applied from the tick itself
+        svc.duty_cycle()
+        assert view.job.id in svc._settling and view.job.id not in svc._live_pending
+        assert ran and svc._duty_window not in ran
         moved = os.sched_getaffinity(child.pid)
         assert len(moved) >= 2 and moved != {first}
         (iv,) = svc.interventions.list(view.job.id)
@@ -819,3 +839,103 @@ def test_a_jobs_window_count_is_kept_after_it_exits(tmp_path: Path, write_ring: 
     assert svc.capture.get(view.job.id) is None  # type: ignore[union-attr]
     assert ended.windows == 7
     assert svc.get_job(view.job.id).windows == 7
+
+
+def test_a_cache_lever_tried_live_gets_no_launch_trial_of_its_launch_form(tmp_path: Path) -> None:
+    """alloc_churn: the allocator cause lists alloc_keep_cache_live first (decided within the run).
+    While a live experiment acts on that cause nothing is planned for it across runs; once the live
+    form was tried, its launch form (alloc_keep_cache) is not, and the next launch lever is. Every
+    captured launch carries GITMD_LIVE_FLAGS=1, so gitmd's hook in the job can read the flag."""
+    import threading
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import CACHE_LEVERS, LEVERS, Cause
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "churn")
+    reg = Registration("churn", ("python", "c.py"), "/srv", os.getuid(), os.getgid(), launch_key="churn")
+    view, plan = svc.register_job(reg)
+    job_id = view.job.id
+    assert plan.env["GITMD_LIVE_FLAGS"] == "1" and plan.env["GITM_SITE"]
+    levers = (*CACHE_LEVERS, *(x for x in LEVERS["allocator"] if x not in CACHE_LEVERS))
+    svc._steady.add(job_id)
+
+    def window(n: int) -> None:
+        causes = [Cause("allocator", 1e6, 0.6, 0.8, ("x",), levers, True)]
+        svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
+        svc._maybe_plan_trial(job_id)
+
+    window(1)
+    with svc._exp_lock:  # what _maybe_experiment records when it starts alloc_keep_cache_live
+        svc._exp_running[job_id] = threading.Event()
+        svc._exp_cause[job_id] = "allocator"
+        svc._exp_tried.add((job_id, "alloc_keep_cache_live"))
+    window(2)  # seen twice, but the live lever is being tried on it
+    assert svc.trials.of_workload(wid) == []
+    with svc._exp_lock:  # it was decided (not faster, say): the cause remains
+        svc._exp_running.pop(job_id)
+        svc._exp_cause.pop(job_id)
+    window(3)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "alloc_expandable_segments" and t.cause == "allocator"
+
+
+def test_keep_cache_live_is_tried_only_where_gitmds_hook_reads_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process that allocates and frees most in the newest window; its shim's flag read first:
+    no reads yet (no torch.cuda.empty_cache() under gitmd's hook) or a shim that cannot answer
+    means no live experiment (the launch form is tried across runs instead)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gitmd.levers.base import LeverError
+    from gitmd.levers.shim_knobs import AllocKeepCacheLive
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("churn", ("python", "c.py"), "/srv", os.getuid(), os.getgid()))
+    job = svc.jobs.get(view.job.id)
+    assert svc._keep_cache(job) is None  # no window yet
+    procs = [
+        SimpleNamespace(pid=p, records=SimpleNamespace(memory=np.zeros(n))) for p, n in ((11, 4), (12, 9))
+    ]
+    svc._newest[job.id] = SimpleNamespace(processes=procs)  # type: ignore[assignment]
+    assert svc.capture is not None
+    monkeypatch.setattr(svc.capture, "ring_paths", lambda job_id: {11: "/r/11", 12: "/r/12"})
+    answers: list[tuple[int, int] | Exception] = [(0, 0), (0, 57), LeverError("no such flag")]
+
+    def read(self: AllocKeepCacheLive, target: object) -> tuple[int, int]:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    monkeypatch.setattr(AllocKeepCacheLive, "read", read)
+    got = [svc._keep_cache(job) for _ in range(3)]
+    assert [g is not None for g in got] == [False, True, False]
+    assert got[1] is not None and got[1].setting == {"pid": 12}
+
+
+def test_window_free_policy_levers_are_tried_from_the_tick_then_dropped(tmp_path: Path) -> None:
+    """From the duty tick only the levers that need no window are tried, and no window is counted;
+    one whose target never shows (no background co-tenant here) is dropped after LIVE_POLICY_TICKS
+    ticks, while a lever that needs a window waits for the windows."""
+    from gitmd.service import LIVE_POLICY_TICKS
+
+    live = [
+        {"lever": "cotenant_yield", "setting": {"share": 750, "period_ms": 100}},
+        {"lever": "stream_priority", "setting": {"priority": -5}},
+    ]
+    svc = _service_with_policy(tmp_path, live)
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(reg)
+    job_id = view.job.id
+    assert [x["lever"] for x in svc._live_pending[job_id][1]] == ["cotenant_yield", "stream_priority"]
+    assert job_id not in svc._settling  # the stream needs a window: the early one stays
+    for _ in range(LIVE_POLICY_TICKS - 1):
+        svc._apply_live_policy(job_id, window_free=True)
+    assert len(svc._live_pending[job_id][1]) == 2 and svc._live_pending[job_id][2] == 0
+    svc._apply_live_policy(job_id, window_free=True)
+    _, left, windows = svc._live_pending[job_id]
+    assert [x["lever"] for x in left] == ["stream_priority"] and windows == 0

@@ -10,6 +10,10 @@ imports it, through an import hook), every failure is swallowed, and the job's o
   GITMD_KEEP_CACHE=1               torch.cuda.empty_cache() keeps the cache (the caching allocator
                                    still frees cached blocks itself when an allocation would pass
                                    the device's memory or the process's memory fraction)
+  GITMD_LIVE_FLAGS=1               the same hooks, switched while the job runs: each call asks
+                                   gitmd's shim in the process (CUDA_INJECTION64_PATH, already
+                                   loaded by the driver; never loaded from here) for the flag the
+                                   daemon set (gitm_shim.h: GITM_KNOB_FLAG); no shim, no flag
 
 Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
 """
@@ -60,15 +64,67 @@ def _pin_dataloader(torch_module):
         pass
 
 
+FLAG_KEEP_CACHE = 1  # gitm_shim.h: GITM_FLAG_KEEP_CACHE
+
+
+class _ShimFlags:
+    """The flags gitmd's shim holds in this process, read through its exported gitm_shim_flag().
+    The shim is looked up among the libraries already loaded (RTLD_NOLOAD): it comes with CUDA's
+    initialisation, so until then (or without it) every flag reads 0."""
+
+    def __init__(self, path):
+        self.path = path
+        self.read = None
+
+    def get(self, flag):
+        if self.read is None:
+            if not self.path:
+                return 0
+            try:
+                import ctypes
+
+                lib = ctypes.CDLL(self.path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                read = lib.gitm_shim_flag
+                read.restype = ctypes.c_uint64
+                read.argtypes = [ctypes.c_uint32]
+                self.read = read
+            except OSError:  # not loaded yet (CUDA not initialised): ask again next time
+                if not os.path.exists(self.path):
+                    self.path = ""
+                return 0
+            except Exception:  # an older shim without flags: never again
+                self.path = ""
+                return 0
+        try:
+            return self.read(flag)
+        except Exception:
+            return 0
+
+
+_flags = None
+
+
+def _live_flags():
+    global _flags
+    if _flags is None and os.environ.get("GITMD_LIVE_FLAGS") == "1":
+        _flags = _ShimFlags(os.environ.get("CUDA_INJECTION64_PATH", ""))
+    return _flags
+
+
 def _keep_cache(torch_module):
-    if os.environ.get("GITMD_KEEP_CACHE") != "1":
+    fixed = os.environ.get("GITMD_KEEP_CACHE") == "1"
+    live = _live_flags()
+    if not fixed and live is None:
         return
     try:
         cuda = torch_module.cuda
         original = cuda.empty_cache
 
         def empty_cache():
-            """gitmd (GITMD_KEEP_CACHE=1): the cached blocks stay for the next allocations."""
+            """gitmd (GITMD_KEEP_CACHE=1, or its live flag set): the cached blocks stay for the
+            next allocations."""
+            if not fixed and not live.get(FLAG_KEEP_CACHE):
+                return original()
 
         empty_cache.__wrapped__ = original
         cuda.empty_cache = empty_cache
@@ -120,6 +176,7 @@ def _install():
         "GITMD_DATALOADER_PIN_MEMORY",
         "GITMD_DATALOADER_WORKERS",
         "GITMD_KEEP_CACHE",
+        "GITMD_LIVE_FLAGS",
     )
     wanted = [k for k in knobs if os.environ.get(k)]
     if not wanted:

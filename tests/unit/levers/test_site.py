@@ -5,9 +5,12 @@ a framework module only when the job imports it. (The H200 run checks it against
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from gitmd.levers.launch_env import SITE_DIR, job_environment, with_site
 
@@ -94,3 +97,52 @@ def test_the_free_guard_goes_first_on_ld_preload() -> None:
     both = job_environment({"LD_PRELOAD": "/opt/libjemalloc.so"}, plan)["LD_PRELOAD"]
     assert both == "/usr/lib/gitmd/libgitm_guard.so:/opt/libjemalloc.so"
     assert "LD_PRELOAD" not in job_environment({}, {"GITM_JOB_ID": "x"})
+
+
+FAKE_SHIM = """
+#include <stdint.h>
+static uint64_t flags[4];
+uint64_t gitm_shim_flag(uint32_t f) { return f < 4 ? flags[f] : 0; }
+void fake_set(uint32_t f, uint64_t v) { flags[f] = v; }
+"""
+
+
+def test_live_flags_switch_the_hook_while_the_job_runs(tmp_path: Path) -> None:
+    """GITMD_LIVE_FLAGS=1: torch.cuda.empty_cache() asks the shim in the process (here a library
+    exporting gitm_shim_flag as the shim does, loaded the way the driver loads the shim) for the
+    keep-cache flag at every call: set, the cache is kept; cleared, it is handed back again. Before
+    the shim is loaded, and with no shim at all, the job's calls go through unchanged."""
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler")
+    (tmp_path / "fake.c").write_text(FAKE_SHIM)
+    lib = tmp_path / "libfake_shim.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "fake.c")], check=True)
+    pkg = tmp_path / "fw" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "class cuda:\n    emptied = 0\n    @staticmethod\n    def empty_cache(): cuda.emptied += 1\n"
+    )
+    code = (
+        "import ctypes, sys, torch\n"
+        "n = []\n"
+        "def call():\n    torch.cuda.empty_cache(); n.append(torch.cuda.emptied)\n"
+        "call()\n"  # the shim not loaded yet (CUDA not initialised): handed back
+        "shim = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)\n"  # as the driver loads it
+        "call()\n"
+        "shim.fake_set(1, 1); call(); call()\n"  # the daemon set the flag: kept
+        "shim.fake_set(1, 0); call()\n"  # cleared (reverted): handed back again
+        "print(*n)\n"
+    )
+    base = {"PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}", "GITMD_LIVE_FLAGS": "1"}
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("GITMD_")}
+    env = {**clean, **base, "CUDA_INJECTION64_PATH": str(lib)}
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(lib)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert r.returncode == 0 and r.stdout.split() == ["1", "2", "2", "2", "3"], r.stderr
+    # no shim where the plan said (the job runs without capture): every call goes through
+    gone = {**base, "CUDA_INJECTION64_PATH": str(tmp_path / "missing.so")}
+    r = py(
+        "import torch\nfor _ in range(3): torch.cuda.empty_cache()\nprint(torch.cuda.emptied)", gone, tmp_path
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "3" and r.stderr == ""
