@@ -18,6 +18,8 @@ from gitmd.capture.decode import Decoded
 
 PAGEABLE = 1
 GAP_CAUSE_WINDOW_NS = 20_000  # an idle gap "follows" an event ending within 20 µs before it
+# a synchronization this long waited for work on the GPU (one on an idle GPU returns in microseconds)
+BLOCKED_SYNC_NS = 100_000
 DEFAULT_PINNED_BYTES_PER_S = 54.9e9  # H200 HtoD from pinned memory, shared/GPU.md; the capture's own wins
 
 
@@ -120,6 +122,20 @@ def _idle_at(times: np.ndarray, gap_starts: np.ndarray) -> int:
     return int((hi > lo).sum())
 
 
+def _observed_from(lo: int, gpu_starts: np.ndarray, syncs: np.ndarray) -> int:
+    """Where the window's view of the GPU begins. A window records the work launched while it is
+    open, not the work queued before it: a synchronization that blocked and returned before any
+    recorded GPU work started was waiting for that earlier work, so the GPU was busy, not idle, until
+    it returned (a bf16 GEMM job that queues 50 steps and then synchronizes, H200 2026-12-03: its
+    windows read as a 56% sync stall, and a CPU experiment ran on it)."""
+    if len(gpu_starts) == 0 or len(syncs) == 0:
+        return lo
+    first = int(gpu_starts.min())
+    s, e = syncs["start_ns"].astype(np.int64), syncs["end_ns"].astype(np.int64)
+    waited = (e <= first) & (e - s >= BLOCKED_SYNC_NS)
+    return max(lo, int(e[waited].max())) if waited.any() else lo
+
+
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     """The breakdown of one process's records (CUPTI clock). ``window``: its bounds, else the span
     of the records."""
@@ -139,6 +155,7 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         hi = int(max(a.max() for a in ends)) if ends else lo
     else:
         lo, hi = window
+    lo = _observed_from(lo, all_s, r.syncs)
     span = max(0, hi - lo)
     kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))
     busy_s, busy_e = merge_intervals(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))

@@ -124,3 +124,29 @@ def test_records_without_timestamps_are_left_out_of_timing() -> None:
     assert len(t.memsets) == 1 and len(t.kernels) == 1
     b = breakdown(t)
     assert b.window_ns == 100 * us and b.launch_gap_ns == 0
+
+
+def test_a_sync_waiting_for_work_queued_before_the_window_is_not_a_stall() -> None:
+    """A window records the work launched while it is open. A job that queues many steps and then
+    synchronizes (the bf16 control on the H200) opens its window with the host blocked on work
+    launched before it: the GPU is busy with that until the sync returns, so the window's view of
+    the GPU starts there; the refill after it is still the sync's. A sync that returned at once
+    (shorter than BLOCKED_SYNC_NS) waited for nothing and moves nothing."""
+    from gitmd.analysis.breakdown import BLOCKED_SYNC_NS
+
+    us = 1000
+    kernels = recs("kernels", [(420 * us, 900 * us)])  # launched after the sync returned at 400 µs
+    d = decoded(kernels=kernels, syncs=recs("syncs", [(0, 400 * us)]))
+    b = breakdown(d)
+    assert b.window_ns == 500 * us and b.kernels_ns == 480 * us
+    assert b.sync_stall_ns == 20 * us and b.launch_gap_ns == 0  # the refill, not the 400 µs wait
+    assert breakdown(d, window=(0, 1000 * us)).window_ns == 600 * us
+    quick = decoded(kernels=kernels, syncs=recs("syncs", [(0, BLOCKED_SYNC_NS - 1)]))
+    b = breakdown(quick)
+    assert b.window_ns == 900 * us and b.kernels_ns == 480 * us
+    # a sync after the first recorded work waits for recorded work: the old split stands
+    later = decoded(
+        kernels=recs("kernels", [(0, 100 * us), (420 * us, 900 * us)]), syncs=recs("syncs", [(0, 400 * us)])
+    )
+    b = breakdown(later)
+    assert b.window_ns == 900 * us and b.sync_stall_ns == 320 * us
