@@ -124,6 +124,9 @@ class ExperimentsConfig:
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
+    # a launch trial whose every B window is at least this much faster than every A window of its
+    # pair(s), outputs equal, is decided before run_rounds pairs (0: never early)
+    early_speedup: float = 1.5
     # a launch that got its workload's validated policy is not explored further: the library
     # says the workload is tuned (`gitmctl tune -- CMD` still tries launch levers on request)
     explore_known: bool = False
@@ -286,6 +289,12 @@ def _fraction(v: Any) -> float:
     return float(v)
 
 
+def _early_speedup(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (v == 0 or 1.2 <= v <= 100):
+        raise ValueError("must be 0 (off) or a speedup between 1.2 and 100")
+    return float(v)
+
+
 def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
         raise ValueError("must be true or false")
@@ -374,6 +383,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "live_levers": _live_levers,
         "launch_levers": _launch_levers,
         "run_rounds": _int_range(3, 50),
+        "early_speedup": _early_speedup,
         "explore_known": _bool,
     },
     "access": {

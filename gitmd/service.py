@@ -373,7 +373,7 @@ class Service:
             self.trials.end(t, "abandoned", {"promote": False, "reason": why})
             log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
             return
-        d = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain)
+        d = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup)
         if d is None:
             return
         lever = t.lever_obj()

@@ -1,8 +1,9 @@
 """Launch levers across runs of a recurring job on the H200, gitmd unattended: the same fp32
 training command launched again and again with `gitmctl run` (its contract: the loss on stdout
 within 1%). gitmd's attribution of the first run finds fp32 GEMMs and plans a TF32 launch trial;
-the next six launches get arms A/B in their plans (AB, BA, AB), each run's time per step comes from
-gitmd's own windows; the trial is promoted and the eighth launch gets TF32 at launch, no trial."""
+the next launches get arms A/B in their plans, each run's time per step comes from gitmd's own
+windows; TF32's gain (~5x) is far above the early bound (experiments.early_speedup), so the trial is
+promoted after its first pair, and the fourth launch gets TF32 at launch, no trial."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
     runs = []
     try:
         for i in range(8):
+            if runs and "launching with its validated policy" in " ".join(runs[-1]["stderr"]):
+                break
             r = subprocess.run(
                 [*command("gitmctl"), "--socket", str(d.socket), "run", "--metric", r"loss=(\S+)",
                  "--rtol", "1e-2", "--", sys.executable, str(W / "mlp_train.py"), "--batch", "4096",
@@ -53,11 +56,13 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
         out("launch-trial-library.json", lib)
         notes = [" ".join(x["stderr"]) for x in runs]
         assert "launch trial" in notes[1] and "arm A" in notes[1], notes
-        assert "arm B" in notes[2] and "arm B" in notes[3], notes
+        assert "arm B" in notes[2], notes
         (w,) = lib["workloads"]
         (p,) = w["policies"]
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["status"] == "validated"
-        assert json.loads(p["evidence_json"])["source"] == "runs" and p["ci_low"] >= 1.03
-        assert "launching with its validated policy" in notes[7] and "launch trial" not in notes[7], notes[7]
+        evidence = json.loads(p["evidence_json"])
+        assert evidence["source"] == "runs" and p["ci_low"] >= 1.5 and "decided before" in evidence["reason"]
+        assert len(runs) == 4, notes  # the first run, one pair, then the policy at launch
+        assert "launching with its validated policy" in notes[3] and "launch trial" not in notes[3], notes[3]
     finally:
         keep_log(d, "gitmd-launch-trials.log")
