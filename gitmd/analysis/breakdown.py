@@ -126,8 +126,9 @@ def _observed_from(lo: int, gpu_starts: np.ndarray, syncs: np.ndarray) -> int:
     """Where the window's view of the GPU begins. A window records the work launched while it is
     open, not the work queued before it: a synchronization that blocked and returned before any
     recorded GPU work started was waiting for that earlier work, so the GPU was busy, not idle, until
-    it returned (a bf16 GEMM job that queues 50 steps and then synchronizes, H200 2026-12-03: its
-    windows read as a 56% sync stall, and a CPU experiment ran on it)."""
+    it returned; counted as idle, that wait reads as a sync stall (a job that queues many steps and
+    then synchronizes, like the bf16 control, whose windows read as a 56% sync stall on the H200,
+    2026-12-03 — those windows were not kept, so that this was their cause is not shown)."""
     if len(gpu_starts) == 0 or len(syncs) == 0:
         return lo
     first = int(gpu_starts.min())
