@@ -60,6 +60,7 @@ port = 0
 [capture]
 window_every_s = 2
 window_duration_s = 1.0
+keep_windows = 16
 """
 CONTROL_S = 60.0  # how long a control runs under gitmd
 MAX_LAUNCHES = 16  # two launch trials of 6 runs, the runs that plan them, the recurring one
@@ -604,6 +605,9 @@ def _parts(a: argparse.Namespace, workloads: list[Workload], rows: list[dict[str
                 g.stop()
                 a.out.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(g.log, a.out / f"{w.name}-gitmd.log")
+                kept = Path(d) / w.name / "lib" / "windows"
+                if kept.is_dir():  # what gitmd saw: each job's newest windows (capture.keep_windows)
+                    shutil.copytree(kept, a.out / f"{w.name}-windows", dirs_exist_ok=True)
                 ovh_log = Path(d) / f"{w.name}-overhead.log"
                 if ovh_log.exists():
                     shutil.copyfile(ovh_log, a.out / f"{w.name}-overhead-gitmd.log")

@@ -86,6 +86,10 @@ class CaptureConfig:
     # preload libgitm_guard.so (next to the shim) into jobs, so pin_host_buffer can page-lock hot
     # host buffers: it unregisters a range before the program frees or unmaps it
     free_guard: bool = True
+    # the newest this many analysed windows of each job (duty and experiment windows) written to
+    # <state_dir>/windows/<job id>/<window id>.npz, in `gitmctl trace --raw`'s format, for diagnosing
+    # what gitmd saw (root-only: they hold kernel names and output samples); 0: none
+    keep_windows: int = 0
 
 
 LIVE_LEVERS = (
@@ -374,6 +378,7 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
         "free_guard": _bool,
+        "keep_windows": _int_range(0, 10_000),
     },
     "experiments": {
         "enabled": _bool,

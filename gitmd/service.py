@@ -846,8 +846,28 @@ class Service:
         self._newest.pop(job_id, None)
         self._reports.pop(job_id, None)
 
+    def _keep_window(self, window: WindowResult) -> None:
+        """capture.keep_windows: the window written under the state directory, the job's oldest
+        beyond that many removed. A failure is logged, never raised: diagnosis only."""
+        keep = self.config.capture.keep_windows
+        if keep <= 0:
+            return
+        d = self.config.daemon.state_dir / "windows" / window.job_id
+        try:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(d.parent, 0o700)
+            tmp = d / f".{window.window_id}.npz.tmp"
+            tmp.write_bytes(capture_file.dumps(window))
+            os.replace(tmp, d / f"{window.window_id}.npz")
+            kept = sorted(d.glob("*.npz"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+            for old in kept[:-keep]:
+                old.unlink(missing_ok=True)
+        except OSError as e:
+            log.warning("window %d of job %s not kept: %s", window.window_id, window.job_id, e)
+
     def _after_window(self, window: WindowResult) -> JobSteps | None:
         """Steps and fingerprint of a finished window (when it shows them); always a "window" event."""
+        self._keep_window(window)
         prev = self._newest.get(window.job_id)
         if prev is not None and prev is not window:
             add_to_history(self._history.setdefault(window.job_id, History()), prev)

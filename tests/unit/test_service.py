@@ -964,3 +964,35 @@ def test_window_free_policy_levers_are_tried_from_the_tick_then_dropped(tmp_path
     svc._apply_live_policy(job_id, window_free=True)
     _, left, windows = svc._live_pending[job_id]
     assert [x["lever"] for x in left] == ["stream_priority"] and windows == 0
+
+
+def test_kept_windows_are_the_newest_of_each_job_and_never_break_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """capture.keep_windows: each analysed window written under <state_dir>/windows/<job>/ in the
+    raw trace format (a real H200 window here), root-only, the job's oldest beyond the limit removed;
+    a state directory that cannot be written is logged and the window is analysed all the same."""
+    import dataclasses
+
+    from gitmd.capture import capture_file
+
+    svc = make_service(tmp_path)
+    state = tmp_path / "lib"
+    svc.config = dataclasses.replace(
+        svc.config,
+        daemon=dataclasses.replace(svc.config.daemon, state_dir=state),
+        capture=dataclasses.replace(svc.config.capture, keep_windows=3),
+    )
+    w = capture_file.loads(Path(__file__).resolve().parents[1] / "fixtures" / "planted" / "sync-n3072.w1.npz")
+    for i in (1, 2, 3, 10, 11):
+        svc._keep_window(dataclasses.replace(w, job_id="j1", window_id=i))
+    svc._keep_window(dataclasses.replace(w, job_id="j2", window_id=4))
+    d = state / "windows"
+    assert sorted(p.name for p in (d / "j1").iterdir()) == ["10.npz", "11.npz", "3.npz"]
+    assert [p.name for p in (d / "j2").iterdir()] == ["4.npz"]
+    assert (d.stat().st_mode & 0o777) == 0o700 and ((d / "j1").stat().st_mode & 0o777) == 0o700
+    back = capture_file.loads(d / "j1" / "11.npz")
+    assert back.window_id == 11 and len(back.processes) == len(w.processes)
+    (state / "windows" / "j3").write_text("a file where the job's directory would go")
+    svc._keep_window(dataclasses.replace(w, job_id="j3", window_id=5))  # logged, not raised
+    assert "window 5 of job j3 not kept" in caplog.text
