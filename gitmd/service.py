@@ -34,7 +34,7 @@ from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
 from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.capture.ring import RingStatus
-from gitmd.capture.windows import KIND_BITS, CaptureManager, JobCapture, WindowResult
+from gitmd.capture.windows import KIND_BITS, CaptureManager, JobCapture, ProcessWindow, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
@@ -1057,15 +1057,9 @@ class Service:
         if name == "alloc_keep_cache_live":
             return self._keep_cache(job)
         if name in ("stream_priority", "mempool_release", "sync_spin"):
-            window = self._newest.get(job.id)
-            if window is None or self.capture is None:
+            main = self._busiest(job, "kernels")  # the one whose stream the cause names
+            if main is None:
                 return None
-            rings = self.capture.ring_paths(job.id)
-            # the busiest live process: the one whose stream the cause names
-            procs = [p for p in window.processes if p.pid in rings and len(p.records.kernels)]
-            if not procs:
-                return None
-            main = max(procs, key=lambda p: len(p.records.kernels))
             if name == "stream_priority":
                 cost, stream, _ = starved_stream(main.records)
                 if cost <= 0:
@@ -1078,18 +1072,23 @@ class Service:
             return make_lever("mempool_release", pid=main.pid, device=device)
         return None
 
-    def _keep_cache(self, job: Job) -> Lever | None:
-        """The process that allocates and frees the most in the newest window, if gitmd's hook in
-        it reads the keep-cache flag (it has called torch.cuda.empty_cache() under GITMD_LIVE_FLAGS):
-        a flag nobody reads would change nothing, and the launch form is then tried instead."""
+    def _busiest(self, job: Job, kind: str) -> ProcessWindow | None:
+        """The job's live captured process with the most records of ``kind`` (kernels, memory) in
+        its newest window; None without a window or such a process."""
         window = self._newest.get(job.id)
         if window is None or self.capture is None:
             return None
         rings = self.capture.ring_paths(job.id)
-        procs = [p for p in window.processes if p.pid in rings and len(p.records.memory)]
-        if not procs:
+        procs = [p for p in window.processes if p.pid in rings and len(getattr(p.records, kind))]
+        return max(procs, key=lambda p: len(getattr(p.records, kind))) if procs else None
+
+    def _keep_cache(self, job: Job) -> Lever | None:
+        """The process that allocates and frees the most in the newest window, if gitmd's hook in
+        it reads the keep-cache flag (it has called torch.cuda.empty_cache() under GITMD_LIVE_FLAGS):
+        a flag nobody reads would change nothing, and the launch form is then tried instead."""
+        main = self._busiest(job, "memory")
+        if main is None:
             return None
-        main = max(procs, key=lambda p: len(p.records.memory))
         lever = make_lever("alloc_keep_cache_live", pid=main.pid)
         assert isinstance(lever, AllocKeepCacheLive)
         try:
