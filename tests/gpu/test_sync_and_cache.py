@@ -25,20 +25,30 @@ from tests.gpu.test_tune import tune
 from tests.integration.conftest import Daemon, command, free_port
 
 
+def launched(d: Daemon, name: str, script: str) -> subprocess.Popen[str]:
+    """The workload under `gitmctl run --name NAME` for 150 s, its stdout piped."""
+    return subprocess.Popen(
+        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", name, "--",
+         sys.executable, str(W / script), "--seconds", "150"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def ready_target(d: Daemon, job: subprocess.Popen[str], name: str) -> tuple[int, Target]:
+    """Once the job says it is ready: its process and a lever target naming its shim's ring."""
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    pid = job_pid(d, name)
+    ring = next(p for p in _rings(d, name) if p.name.startswith(f"ring-{pid}-"))
+    return pid, Target(job_id=name, pids=(pid,), rings={pid: str(ring)}, owner_uid=os.getuid())
+
+
 @pytest.mark.timeout(300)
 def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
     d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
-    job = subprocess.Popen(
-        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", "sync", "--",
-         sys.executable, str(W / "sync_every_step.py"), "--seconds", "150"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    job = launched(d, "sync", "sync_every_step.py")
     record: dict[str, Any] = {}
     try:
-        assert job.stdout is not None and job.stdout.readline().strip() == "ready"  # its context exists
-        pid = job_pid(d, "sync")
-        ring = next(p for p in _rings(d, "sync") if p.name.startswith(f"ring-{pid}-"))
-        target = Target(job_id="sync", pids=(pid,), rings={pid: str(ring)}, owner_uid=os.getuid())
+        pid, target = ready_target(d, job, "sync")  # its context exists
         knob = make("sync_spin", pid=pid, device=0)
         record["sched_at_start"] = knob.capture(target)
         assert record["sched_at_start"] == {"sched": 4}  # the program's blocking sync, read back
@@ -65,17 +75,10 @@ def test_a_job_emptying_the_cache_every_step_keeps_it_live(daemon_factory: Any) 
     attributes the allocator stall, sets the flag in treatment windows only, and keeps it set once
     faster, within the run, with no launch trial planned for the launch form."""
     d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
-    job = subprocess.Popen(
-        [*command("gitmctl"), "--socket", str(d.socket), "run", "--name", "cache", "--",
-         sys.executable, str(W / "alloc_churn.py"), "--seconds", "150"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    job = launched(d, "cache", "alloc_churn.py")
     record: dict[str, Any] = {}
     try:
-        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
-        pid = job_pid(d, "cache")
-        ring = next(p for p in _rings(d, "cache") if p.name.startswith(f"ring-{pid}-"))
-        target = Target(job_id="cache", pids=(pid,), rings={pid: str(ring)}, owner_uid=os.getuid())
+        pid, target = ready_target(d, job, "cache")
         knob = make("alloc_keep_cache_live", pid=pid)
         assert isinstance(knob, AllocKeepCacheLive)
         record["flag_at_start"] = knob.read(target)
