@@ -71,7 +71,7 @@ LIVE_POLICY_WINDOWS = 5  # windows a run's live policy waits for its target to s
 LIVE_POLICY_TICKS = 30  # duty ticks (~1 s) a window-free lever of it waits for its target to show
 # live levers whose target is the job's processes themselves (or its background co-tenants'): a
 # policy of them is applied as soon as the processes show, with no capture window
-WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield"})
+WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield", "alloc_keep_cache_live"})
 
 DEFAULT_TELEMETRY_LIMIT = 10_000
 MAX_TRACE_S = 300.0
@@ -1083,28 +1083,28 @@ class Service:
         return max(procs, key=lambda p: len(getattr(p.records, kind))) if procs else None
 
     def _keep_cache(self, job: Job) -> Lever | None:
-        """The process that allocates and frees the most in the newest window, if gitmd's hook in
-        it reads the keep-cache flag (it has called torch.cuda.empty_cache() under GITMD_LIVE_FLAGS):
-        a flag nobody reads would change nothing, and the launch form is then tried instead."""
-        main = self._busiest(job, "memory")
-        if main is None:
+        """The job's process whose gitmd hook has read the keep-cache flag most (it calls
+        torch.cuda.empty_cache() under GITMD_LIVE_FLAGS), asked through each process's shim: no
+        window needed. None when no hook reads it: a flag nobody reads would change nothing, and the
+        launch form is then tried across runs instead."""
+        target = self._target(job.id)
+        best: tuple[int, Lever] | None = None
+        for pid in self._job_pids(job.id):
+            if pid not in target.rings:
+                continue
+            lever = make_lever("alloc_keep_cache_live", pid=pid)
+            assert isinstance(lever, AllocKeepCacheLive)
+            try:
+                _, reads = lever.read(target)
+            except LeverError as e:
+                log.debug("job %s: alloc_keep_cache_live: %s", job.id, e)
+                continue
+            if reads and (best is None or reads > best[0]):
+                best = (reads, lever)
+        if best is None:
+            log.debug("job %s: alloc_keep_cache_live: no hook in its processes reads the flag", job.id)
             return None
-        lever = make_lever("alloc_keep_cache_live", pid=main.pid)
-        assert isinstance(lever, AllocKeepCacheLive)
-        try:
-            _, reads = lever.read(self._target(job.id))
-        except LeverError as e:
-            log.info("job %s: alloc_keep_cache_live not tried: %s", job.id, e)
-            return None
-        if reads == 0:
-            log.info(
-                "job %s: alloc_keep_cache_live not tried: no hook in pid %d reads its flag (no "
-                "torch.cuda.empty_cache() under gitmd's sitecustomize)",
-                job.id,
-                main.pid,
-            )
-            return None
-        return lever
+        return best[1]
 
     def _sync_spin(self, job: Job, pid: int, device: int) -> Lever | None:
         """Only a context that sleeps in its synchronizations (yield or blocking sync) can gain:

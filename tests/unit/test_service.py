@@ -908,38 +908,38 @@ def test_a_cache_lever_tried_live_gets_no_launch_trial_of_its_launch_form(tmp_pa
 def test_keep_cache_live_is_tried_only_where_gitmds_hook_reads_the_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The process that allocates and frees most in the newest window; its shim's flag read first:
-    no reads yet (no torch.cuda.empty_cache() under gitmd's hook) or a shim that cannot answer
-    means no live experiment (the launch form is tried across runs instead)."""
-    from types import SimpleNamespace
-
-    import numpy as np
-
+    """The job's process whose hook read the keep-cache flag most, asked through each process's
+    shim (no window needed); none that read it, or shims that cannot answer, mean no live lever
+    (the launch form is tried across runs instead)."""
     from gitmd.levers.base import LeverError
     from gitmd.levers.shim_knobs import AllocKeepCacheLive
 
     svc = make_service(tmp_path)
     view, _ = svc.register_job(Registration("churn", ("python", "c.py"), "/srv", os.getuid(), os.getgid()))
     job = svc.jobs.get(view.job.id)
-    assert svc._keep_cache(job) is None  # no window yet
-    procs = [
-        SimpleNamespace(pid=p, records=SimpleNamespace(memory=np.zeros(n))) for p, n in ((11, 4), (12, 9))
-    ]
-    svc._newest[job.id] = SimpleNamespace(processes=procs)  # type: ignore[assignment]
+    assert svc._keep_cache(job) is None  # no process yet
     assert svc.capture is not None
-    monkeypatch.setattr(svc.capture, "ring_paths", lambda job_id: {11: "/r/11", 12: "/r/12"})
-    answers: list[tuple[int, int] | Exception] = [(0, 0), (0, 57), LeverError("no such flag")]
+    monkeypatch.setattr(svc, "_job_pids", lambda job_id: (11, 12, 13))
+    monkeypatch.setattr(svc.capture, "ring_paths", lambda job_id: {11: "/r/11", 12: "/r/12"})  # 13: no shim
+    reads: dict[int, int | Exception] = {}
 
     def read(self: AllocKeepCacheLive, target: object) -> tuple[int, int]:
-        a = answers.pop(0)
+        a = reads[int(self.setting["pid"])]
         if isinstance(a, Exception):
             raise a
-        return a
+        return 0, a
 
     monkeypatch.setattr(AllocKeepCacheLive, "read", read)
-    got = [svc._keep_cache(job) for _ in range(3)]
-    assert [g is not None for g in got] == [False, True, False]
-    assert got[1] is not None and got[1].setting == {"pid": 12}
+    reads.update({11: 0, 12: 0})
+    assert svc._keep_cache(job) is None  # nobody calls empty_cache under the hook
+    reads.update({11: 40, 12: 900})
+    lever = svc._keep_cache(job)
+    assert lever is not None and lever.setting == {"pid": 12}
+    reads.update({11: 40, 12: LeverError("no such flag (an older shim)")})
+    lever = svc._keep_cache(job)
+    assert lever is not None and lever.setting == {"pid": 11}
+    reads.update({11: LeverError("timeout"), 12: LeverError("timeout")})
+    assert svc._keep_cache(job) is None
 
 
 def test_window_free_policy_levers_are_tried_from_the_tick_then_dropped(tmp_path: Path) -> None:
