@@ -350,10 +350,13 @@ class Service:
         self._trial_runs[job.id] = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
         env = {**plan.env, **t.lever_obj().values()} if arm == "B" else plan.env
-        total = 2 * self.config.experiments.run_rounds
+        cfg = self.config.experiments
+        total = 2 * cfg.run_rounds
+        # an early stop decides after any complete pair; otherwise run_rounds pairs
+        length = f"2-{total}" if cfg.early_speedup > 0 else f"{total}"
         note = (
             f"launch trial {t.id}: {t.lever_obj().describe()}, arm {arm} "
-            f"({'with' if arm == 'B' else 'without'} it; run {len(t.runs)} of at least {total})"
+            f"({'with' if arm == 'B' else 'without'} it; run {len(t.runs)} of {length})"
         )
         log.info("job %s (%s): %s", job.id, job.name, note)
         return dataclasses.replace(plan, env=env, trial=note)
