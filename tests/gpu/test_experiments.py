@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ backend = "nvml"
 [metrics]
 port = {port}
 [capture]
+keep_windows = 8
 window_every_s = 2
 window_duration_s = 1.0
 [experiments]
@@ -107,9 +109,13 @@ def gpu_daemon(daemon_factory: Any) -> Daemon:
 
 
 def keep_log(d: Daemon, name: str) -> None:
+    """The daemon's log, and the windows it kept (capture.keep_windows), next to the test's output."""
     o = os.environ.get("GITMD_GPU_OUT")
     if o:
         Path(o, name).write_text(d.log()[-200_000:])
+        kept = d.prefix / "lib" / "windows"
+        if kept.is_dir():
+            shutil.copytree(kept, Path(o, f"{Path(name).stem}-windows"), dirs_exist_ok=True)
 
 
 @pytest.mark.timeout(420)

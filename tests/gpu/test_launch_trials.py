@@ -23,6 +23,7 @@ backend = "nvml"
 [metrics]
 port = {port}
 [capture]
+keep_windows = 8
 window_every_s = 1
 window_duration_s = 0.5
 """
