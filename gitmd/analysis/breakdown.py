@@ -18,8 +18,6 @@ from gitmd.capture.decode import Decoded
 
 PAGEABLE = 1
 GAP_CAUSE_WINDOW_NS = 20_000  # an idle gap "follows" an event ending within 20 µs before it
-# a synchronization this long waited for work on the GPU (one on an idle GPU returns in microseconds)
-BLOCKED_SYNC_NS = 100_000
 DEFAULT_PINNED_BYTES_PER_S = 54.9e9  # H200 HtoD from pinned memory, shared/GPU.md; the capture's own wins
 
 
@@ -122,19 +120,16 @@ def _idle_at(times: np.ndarray, gap_starts: np.ndarray) -> int:
     return int((hi > lo).sum())
 
 
-def _observed_from(lo: int, gpu_starts: np.ndarray, syncs: np.ndarray) -> int:
-    """Where the window's view of the GPU begins. A window records the work launched while it is
-    open, not the work queued before it: a synchronization that blocked and returned before any
-    recorded GPU work started was waiting for that earlier work, so the GPU was busy, not idle, until
-    it returned; counted as idle, that wait reads as a sync stall (a job that queues many steps and
-    then synchronizes, like the bf16 control, whose windows read as a 56% sync stall on the H200,
-    2026-12-03 — those windows were not kept, so that this was their cause is not shown)."""
-    if len(gpu_starts) == 0 or len(syncs) == 0:
-        return lo
-    first = int(gpu_starts.min())
-    s, e = syncs["start_ns"].astype(np.int64), syncs["end_ns"].astype(np.int64)
-    waited = (e <= first) & (e - s >= BLOCKED_SYNC_NS)
-    return max(lo, int(e[waited].max())) if waited.any() else lo
+def _observed_from(lo: int, gpu_starts: np.ndarray) -> int:
+    """Where the window's view of the GPU begins: at its first recorded GPU work. A window records
+    the work launched while it is open, not the work queued before it, which the GPU may still be
+    running when the window opens; so until the first recorded kernel or copy starts, whether the
+    GPU was idle is not known, and that time is left out rather than counted as idle. Counted, the
+    wait of a job that queues many steps and then synchronizes reads as a sync stall (or, blocked in
+    a launch on a full queue, as a launch gap) of a GPU that was in fact busy — as the bf16 control's
+    windows read a 56% sync stall and an fp32 MLP's first run 88% launch-bound on the H200,
+    2026-12-03 (those windows were not kept, so that this was their cause is not shown)."""
+    return max(lo, int(gpu_starts.min())) if len(gpu_starts) else lo
 
 
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
@@ -156,7 +151,7 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         hi = int(max(a.max() for a in ends)) if ends else lo
     else:
         lo, hi = window
-    lo = _observed_from(lo, all_s, r.syncs)
+    lo = _observed_from(lo, all_s)
     span = max(0, hi - lo)
     kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))
     busy_s, busy_e = merge_intervals(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))

@@ -126,24 +126,23 @@ def test_records_without_timestamps_are_left_out_of_timing() -> None:
     assert b.window_ns == 100 * us and b.launch_gap_ns == 0
 
 
-def test_a_sync_waiting_for_work_queued_before_the_window_is_not_a_stall() -> None:
+def test_the_window_sees_the_gpu_from_its_first_recorded_work() -> None:
     """A window records the work launched while it is open. A job that queues many steps and then
     synchronizes (the bf16 control on the H200) opens its window with the host blocked on work
-    launched before it: the GPU is busy with that until the sync returns, so the window's view of
-    the GPU starts there; the refill after it is still the sync's. A sync that returned at once
-    (shorter than BLOCKED_SYNC_NS) waited for nothing and moves nothing."""
-    from gitmd.analysis.breakdown import BLOCKED_SYNC_NS
-
+    launched before it, which the GPU runs unrecorded: until the first recorded GPU work starts, the
+    GPU's state is unknown and is left out, not counted as idle; the refill after the sync is still
+    the sync's, and idle after the first recorded work is counted as before."""
     us = 1000
-    kernels = recs("kernels", [(420 * us, 900 * us)])  # launched after the sync returned at 400 µs
-    d = decoded(kernels=kernels, syncs=recs("syncs", [(0, 400 * us)]))
+    kernels = recs("kernels", [(420 * us, 900 * us)])  # launched as the sync returned at 400 µs
+    d = decoded(
+        kernels=kernels, syncs=recs("syncs", [(0, 400 * us)]), memory=recs("memory", [(5 * us, 6 * us)], op=1)
+    )
     b = breakdown(d)
-    assert b.window_ns == 500 * us and b.kernels_ns == 480 * us
-    assert b.sync_stall_ns == 20 * us and b.launch_gap_ns == 0  # the refill, not the 400 µs wait
-    assert breakdown(d, window=(0, 1000 * us)).window_ns == 600 * us
-    quick = decoded(kernels=kernels, syncs=recs("syncs", [(0, BLOCKED_SYNC_NS - 1)]))
-    b = breakdown(quick)
-    assert b.window_ns == 900 * us and b.kernels_ns == 480 * us
+    assert b.window_ns == 480 * us and b.kernels_ns == 480 * us
+    assert b.sync_stall_ns == 0 and b.launch_gap_ns == 0 and b.allocator_ns == 0
+    assert breakdown(d, window=(0, 1000 * us)).window_ns == 580 * us
+    b = breakdown(d, window=(0, 1000 * us))
+    assert b.launch_gap_ns + b.sync_stall_ns == 100 * us  # after the last recorded work: observed idle
     # a sync after the first recorded work waits for recorded work: the old split stands
     later = decoded(
         kernels=recs("kernels", [(0, 100 * us), (420 * us, 900 * us)]), syncs=recs("syncs", [(0, 400 * us)])
