@@ -425,6 +425,11 @@ class Service:
                 driver=self.backend.driver_version() or "",
             )
 
+    def _window_free_pending(self, job_id: str) -> bool:
+        """The job's live policy still has a lever that needs no window (WINDOW_FREE_LEVERS)."""
+        pending = self._live_pending.get(job_id)
+        return pending is not None and any(x.get("lever") in WINDOW_FREE_LEVERS for x in pending[1])
+
     def _apply_live_policy(self, job_id: str, window_free: bool = False) -> None:
         """A recurring job's validated live levers, applied once its processes are seen (the
         stream, the CPUs found anew in this run) and kept: no experiment, one window at most to
@@ -689,7 +694,7 @@ class Service:
             procs = self.capture.processes(job_id)
             if not any(alive for _, alive in procs):
                 continue
-            if job_id in self._live_pending:  # no window needed for those (it samples CPUs: off the tick)
+            if self._window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
                 self._duty_pool.submit(functools.partial(self._apply_live_policy, window_free=True), job_id)
             if jc.windows == 0 and self._unsettled(job_id, procs):
                 continue  # a known-long job: no window while its shim cannot detach CUPTI
@@ -882,9 +887,10 @@ class Service:
             found = steps.stats.found and steps.stats.steps > 0
             if found:
                 self._steady.add(window.job_id)
-            per_step = time_per_step_ms(window, steps)
-            if found and window.job_id in self._trial_runs and per_step is not None:
-                self._run_steps.setdefault(window.job_id, []).append(per_step)
+            if found and window.job_id in self._trial_runs:  # a launch trial's run: its metric
+                per_step = time_per_step_ms(window, steps)
+                if per_step is not None:
+                    self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
             # A job identified already is not fingerprinted again while gitmd has changed it (an
