@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -425,6 +427,19 @@ def overhead_split(runs: dict[str, Any]) -> dict[str, float]:
     later = [x for x in b[1:] if x]
     if later:
         out["overhead_recurring"] = statistics.median(later) / base - 1
+    # each interleaved pair's own ratio (its two runs back to back): the spread between processes
+    # (the CuPy control's plain runs alone spread 10%, H200 2026-12-03) shows in the interval
+    pairs = [y / x for x, y in zip(runs.get("plain_ms", []), b, strict=False) if x and y]
+    if len(pairs) >= 2:
+        from statsmodels.stats.weightstats import DescrStatsW
+
+        logs = DescrStatsW(np.log(pairs))
+        lo, hi = logs.tconfint_mean(alpha=0.05)
+        out.update(
+            overhead_paired=float(np.exp(logs.mean)) - 1,
+            overhead_ci_low=float(np.exp(lo)) - 1,
+            overhead_ci_high=float(np.exp(hi)) - 1,
+        )
     return out
 
 
@@ -476,6 +491,11 @@ def report(rows: list[dict[str, Any]], argv: list[str], host: str) -> str:
         ovh = f(r.get("overhead"), "{:+.1%}")
         if r.get("overhead_first") is not None and r.get("overhead_recurring") is not None:
             ovh += f" (first run {r['overhead_first']:+.1%}, recurring {r['overhead_recurring']:+.1%})"
+        if r.get("overhead_paired") is not None:
+            ovh += (
+                f"; pairs {r['overhead_paired']:+.1%}"
+                f" (95% {r['overhead_ci_low']:+.1%} .. {r['overhead_ci_high']:+.1%})"
+            )
         lines.append(
             f"| {name} | {r['mode']} | {r['headroom']} | {f(r.get('baseline_ms'))} | "
             f"{', '.join(r['promoted']) or 'nothing'} | {f(r['speedup'])} | "

@@ -74,8 +74,9 @@ class CaptureConfig:
     # (shim/src/detach_rule.h: detaching during start-up crashed jobs inside CUPTI), so a start-up
     # window costs a launch-bound job CUPTI's instrumentation (~40% on the H200) until then, and
     # start-up windows rarely show the step; a job that got its workload's policy and is not explored
-    # waits too; first runs, short jobs, launch trials' runs and jobs with a live policy whose lever
-    # needs a window keep the early window; 0: no wait
+    # waits too, and so does a first run (taken as long until it has shown otherwise); short jobs,
+    # launch trials' runs and jobs with a live policy whose lever needs a window keep the early
+    # window; 0: no wait
     settle_s: float = 10.0
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250

@@ -290,11 +290,12 @@ class Service:
             self.capture.track(job.id, Path(job.runtime_dir))
             if self._settles(job, plan):
                 self._settling.add(job.id)
-                why = (
-                    "it got its workload's policy"
-                    if self._known(job.id)
-                    else f"its earlier runs lasted over {2 * self.config.capture.settle_s:.0f} s"
-                )
+                if self._known(job.id):
+                    why = "it got its workload's policy"
+                elif self.jobs.earlier_runs_s(job.launch_key, job.created_ns):
+                    why = f"its earlier runs lasted over {2 * self.config.capture.settle_s:.0f} s"
+                else:
+                    why = "a first run (taken as long until it has shown otherwise)"
                 log.info(
                     "job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
                     "(capture.settle_s)",
@@ -310,13 +311,18 @@ class Service:
         return view, plan
 
     def _settles(self, job: Job, plan: LaunchPlan) -> bool:
-        """Whether the job's first duty window waits until its processes are capture.settle_s old:
-        a recurring job whose earlier runs (the latest three) all lasted at least twice that, or one
-        that got its workload's policy and is not explored (_known: its windows at start-up would
-        serve nothing, and cost a launch-bound job CUPTI's instrumentation until then — contended's
-        policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd);
-        not a launch trial's run (it exists to be measured, both arms alike) nor one with a live
-        policy whose lever needs a window to find what it acts on (a stream, a buffer)."""
+        """Whether the job's first duty window waits until its processes are capture.settle_s old.
+        Until then the shim closes a window without detaching CUPTI (detaching during start-up
+        crashed jobs inside CUPTI), so a start-up window costs a launch-bound job CUPTI's
+        instrumentation (~40%) until the process is settle_s old, and start-up rarely shows the step.
+        A job is taken as long until it has shown otherwise: a first run waits (CuPy control, H200
+        2026-12-03: its first 30-s run +18.1% with a window at start-up, its recurring ones +2.6%),
+        as does a recurring job whose earlier runs (the latest three) all lasted at least twice
+        settle_s, and one that got its workload's policy and is not explored (_known: contended's
+        policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd).
+        A job one of whose runs was shorter keeps the early window (its start-up is most of its
+        life), as do a launch trial's run (it exists to be measured, both arms alike) and one with a
+        live policy whose lever needs a window to find what it acts on (a stream, a buffer)."""
         settle = self.config.capture.settle_s
         if settle <= 0 or plan.trial:
             return False
@@ -326,7 +332,7 @@ class Service:
         if self._known(job.id):
             return True
         runs = self.jobs.earlier_runs_s(job.launch_key, job.created_ns)
-        return bool(runs) and min(runs) >= 2 * settle
+        return not runs or min(runs) >= 2 * settle
 
     def _unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
         """A settling job whose oldest live process is younger than capture.settle_s."""

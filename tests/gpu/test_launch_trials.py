@@ -26,6 +26,7 @@ port = {port}
 keep_windows = 8
 window_every_s = 1
 window_duration_s = 0.5
+settle_s = 0  # the planning run's first windows at once, as when this passed on the H200
 """
 
 

@@ -4,6 +4,7 @@ prints the step time and the number the contract checks; the report renders ever
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -54,9 +55,14 @@ def test_the_overhead_of_a_first_run_and_of_recurring_runs() -> None:
     assert abs(got["overhead_first"] - (0.2040 / 0.1824 - 1)) < 1e-12
     assert abs(got["overhead_recurring"] - (0.2021 / 0.1824 - 1)) < 1e-12
     assert overhead_split({"plain_ms": [None], "gitmd_ms": [0.2]}) == {}
+    # each pair's own ratio, their geometric mean and its 95% t-interval
+    ratios = [0.2040 / 0.1951, 0.1942 / 0.1824, 0.2100 / 0.1796]
+    gm = math.exp(sum(math.log(r) for r in ratios) / 3)
+    assert abs(got["overhead_paired"] - (gm - 1)) < 1e-12
+    assert got["overhead_ci_low"] < got["overhead_paired"] < got["overhead_ci_high"]
     (w,) = [x for x in suite() if x.name == "cupy_fft"]
     row = score(w, {"promoted": [], "speedup": 1.0, "overhead": 0.118, **got}, None)
-    assert "+11.8% (first run +11.8%, recurring +10.8%)" in report([row], ["x"], "H200")
+    assert "+11.8% (first run +11.8%, recurring +10.8%); pairs +9.2% (95% " in report([row], ["x"], "H200")
 
 
 def test_a_stopped_part_keeps_what_it_measured() -> None:

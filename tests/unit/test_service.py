@@ -42,12 +42,17 @@ def make_service(tmp_path: Path) -> Service:
     )
 
 
-def live_ring(job_dir: str, write_ring: Callable[..., Path]) -> None:
-    """A ring in the job's directory whose header names this (living) test process."""
+def live_ring(job_dir: str, write_ring: Callable[..., Path], age_s: float | None = None) -> None:
+    """A ring in the job's directory whose header names this (living) test process; ``age_s``: the
+    process's age as the ring states it (a first run's first window waits until it is settle_s)."""
+    import time
+
     data = bytearray(write_ring(10, 64).read_bytes())
     data[40:44] = os.getpid().to_bytes(4, "little")
     stat = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
     data[48:56] = int(stat[19]).to_bytes(8, "little")
+    if age_s is not None:
+        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
     (Path(job_dir) / "ring-1-1.gitm").write_bytes(bytes(data))
 
 
@@ -96,7 +101,7 @@ def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
 
     svc = make_service(tmp_path)
     view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
-    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring, age_s=60)  # past start-up: its window is due
     submitted: list[str] = []
     svc._duty_pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     svc.duty_cycle()
@@ -121,9 +126,10 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     """Until a process is 10 s old the shim closes a window without detaching CUPTI (detaching then
     crashed jobs on the H200), so a start-up window costs a launch-bound job ~40% until then: a
     recurring job whose earlier runs all lasted at least twice capture.settle_s gets no duty window
-    before its processes are settle_s old. A first run, a job whose runs were short, a launch
-    trial's run and a job with a live policy whose lever needs a window get theirs at once; a job
-    that got its workload's policy and is not explored waits, whatever its runs' length."""
+    before its processes are settle_s old, nor does a first run (taken as long until it has shown
+    otherwise). A job one of whose runs was short, a launch trial's run and a job with a live policy
+    whose lever needs a window get theirs at once; a job that got its workload's policy and is not
+    explored waits, whatever its runs' length."""
     import time
 
     svc = make_service(tmp_path)
@@ -160,18 +166,18 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     short = launch("short", 1.0)
     settled = launch("long", settle + 1.0)
     svc.duty_cycle()
-    assert sorted(submitted) == sorted([first, short, settled])
-    assert young in svc._settling and settled not in svc._settling
+    assert sorted(submitted) == sorted([short, settled])
+    assert young in svc._settling and first in svc._settling and settled not in svc._settling
     # its processes settle: the first window comes
     ring = Path(svc.get_job(young).job.runtime_dir) / "ring-1-1.gitm"
     data = bytearray(ring.read_bytes())
     data[56:64] = (time.time_ns() - int((settle + 0.5) * 1e9)).to_bytes(8, "little")
     ring.write_bytes(bytes(data))
     submitted.clear()
-    for j in (first, short, settled):
+    for j in (short, settled):
         svc.capture.get(j).next_due_mono = time.monotonic() + 60  # type: ignore[union-attr]
     svc.duty_cycle()
-    assert submitted == [young] and young not in svc._settling
+    assert submitted == [young] and young not in svc._settling and first in svc._settling
     # a launch trial's run and a job with a live policy pending keep the early window
     from gitmd.jobs.launch import LaunchPlan
 
