@@ -130,7 +130,8 @@ class ExperimentsConfig:
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
     # a launch trial whose every B window is at least this much faster than every A window of its
-    # pair(s), outputs equal, is decided before run_rounds pairs (0: never early)
+    # pair(s), outputs equal, is decided before run_rounds pairs; a live experiment likewise after
+    # two pairs of windows, before `rounds` (0: never early)
     early_speedup: float = 1.5
     # a launch that got its workload's validated policy is not explored further: the library
     # says the workload is tuned (`gitmctl tune -- CMD` still tries launch levers on request)

@@ -123,6 +123,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
                 uid=os.getuid(),
                 gid=os.getgid(),
                 capture=not args.no_capture,
+                cpus=sorted(os.sched_getaffinity(0)),
             ),
         )
         job_id = resp.job_id
@@ -138,6 +139,8 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
                 f"known workload {resp.plan.workload_id}: launching with its {resp.plan.policy_status} "
                 f"policy {resp.plan.policy_id}"
             )
+        if resp.plan.cpus:
+            _pin(list(resp.plan.cpus))
     except ClientError as e:
         if e.exit_code in (EXIT_USAGE, EXIT_ERROR):
             # our request was wrong (a bad contract, a bad name): say so and run nothing
@@ -181,6 +184,18 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     metrics = [pb.StdoutMetric(regex=args.metric, values=found)] if scan else []
     _report(client, job_id, status, args.verbose, metrics)
     return 128 - status if status < 0 else status
+
+
+def _pin(cpus: list[int]) -> None:
+    """The plan's CPUs for the command, from its exec: this launcher's own affinity, which the child
+    inherits (gitmctl only waits for it). Where they cannot be set, the command runs where it would
+    have, and gitmd sets them once its processes show."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:
+        _note(f"could not run on CPUs {cpus} ({e.strerror}); gitmd sets them once the job's processes show")
+        return
+    _note(f"running on CPUs {','.join(map(str, cpus))} (the policy's cpu_affinity)")
 
 
 def _report(

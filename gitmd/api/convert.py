@@ -142,6 +142,7 @@ def plan_to_pb(plan: LaunchPlan) -> Any:
         policy_id=plan.policy_id,
         policy_status=plan.policy_status,
         trial=plan.trial,
+        cpus=list(plan.cpus),
     )
 
 

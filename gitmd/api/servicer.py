@@ -139,6 +139,8 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             uid, gid = self.gate.access.registration_owner(caller, request.uid, request.gid)
         except PermissionDeniedError as e:
             raise self._deny(caller, "RegisterJob", "", str(e)) from None
+        if len(request.cpus) > 65536 or any(c >= 65536 for c in request.cpus):
+            raise InvalidArgumentError("cpus: at most 65536 CPU numbers, each below 65536")
         contract = equivalence.validate(
             [
                 equivalence.Check(c.kind, c.rtol, c.atol, c.regex, c.path, c.compare)
@@ -162,6 +164,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 scheduler_job_id=request.scheduler_job_id,
                 scheduler_closes=request.scheduler_closes and caller.acts_for_others,
                 background=request.background,
+                cpus=tuple(request.cpus),
             ),
             audit.row(caller.name, caller.uid, "RegisterJob", "ok", detail={"uid": uid, "gid": gid}),
         )

@@ -100,3 +100,21 @@ def decide(
         f"{iv.speedup:.3f}x, 95% interval {iv.low:.3f}-{iv.high:.3f}: lower bound below {1 + min_gain:.2f}",
         iv,
     )
+
+
+def early_stop(
+    baseline: Sequence[float], treatment: Sequence[float], worst: float, early_speedup: float, rounds: int
+) -> Decision | None:
+    """A promotion before ``rounds`` pairs: ``worst`` (the slowest B window's speed over the fastest
+    A window's, over every pair so far) at least ``early_speedup`` — an effect far beyond the drift
+    between windows or runs (±30% at most on the H200, launch-bound processes). None: go on."""
+    if early_speedup <= 0 or worst < early_speedup or not baseline:
+        return None
+    ratios = [a / b for a, b in zip(baseline, treatment, strict=True)]
+    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return Decision(
+        True,
+        f"{speedup:.3f}x faster; every B window at least {worst:.2f}x faster than every A window "
+        f"in {len(ratios)} pair(s), above the early bound {early_speedup:.2f}: decided before {rounds} pairs",
+        Interval(speedup, worst, max(ratios), len(ratios), True),
+    )

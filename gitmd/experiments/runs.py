@@ -16,13 +16,12 @@ Runs that show no steps (too short for a window, or failed early) spoil their pa
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitmd.experiments.decide import Decision, Interval, decide
+from gitmd.experiments.decide import Decision, decide, early_stop
 from gitmd.experiments.equivalence import Contract, Outputs, Verdict, evaluate
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -221,17 +220,7 @@ def decide_trial(
     worst = [
         min(a.get("window_ms") or [a["step_ms"]]) / max(b.get("window_ms") or [b["step_ms"]]) for a, b in used
     ]
-    if min(worst) < early_speedup:
-        return None
-    ratios = [a / b for a, b in zip(a_ms, b_ms, strict=True)]
-    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    iv = Interval(speedup, min(worst), max(ratios), len(ratios), True)
-    return Decision(
-        True,
-        f"{speedup:.3f}x faster; every B window at least {min(worst):.2f}x faster than every A window "
-        f"in {len(used)} pair(s), above the early bound {early_speedup:.2f}: decided before {rounds} pairs",
-        iv,
-    )
+    return early_stop(a_ms, b_ms, min(worst), early_speedup, rounds)
 
 
 def _verdict(contract: Contract, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> Verdict:

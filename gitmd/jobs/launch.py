@@ -21,6 +21,7 @@ class LaunchPlan:
     policy_id: int = 0
     policy_status: str = ""
     trial: str = ""  # a launch trial's arm for this launch, in words
+    cpus: tuple[int, ...] = ()  # the job's CPUs from its exec (a validated cpu_affinity policy)
 
 
 def find_shim(configured: Path | None) -> tuple[Path | None, str | None]:

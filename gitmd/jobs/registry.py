@@ -80,6 +80,7 @@ class Registration:
     scheduler_job_id: str = ""
     scheduler_closes: bool = False  # the scheduler reports the end (honoured for scheduler callers)
     background: bool = False  # it yields its GPU to foreground jobs
+    cpus: tuple[int, ...] = ()  # the CPUs the job will start on (its launcher's affinity), if said
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:

@@ -145,8 +145,9 @@ def test_a_jobs_first_window_waits_for_it_to_settle_and_is_released(daemon_facto
     """gitmd's defaults on a launch-bound loop launched twice (CuPy control, H200 2026-12-03: its
     first 30-s run +18.1% with a window at start-up, most of it CUPTI left attached after it). The
     first launch (taken as long until it has shown otherwise) and the second (a known-long recurring
-    job) each get their first window only once the process is capture.settle_s old, and a 0.1-s
-    release window follows it, so the shim has detached CUPTI within a second rather than 5 s later.
+    job) each get their first window only once the process is capture.settle_s old, and CUPTI is
+    detached within 3 s of it: the first run's next start-up window comes that soon, the recurring
+    one's 0.1-s release window follows its first (rather than a detach 5 s later).
     Both runs print what the plain run prints."""
     if not (ROOT / "shim" / "build" / "libgitm_shim.so").exists():
         pytest.fail("the shim is not built: tests/gpu/run.sh builds it with make -C shim")
@@ -164,6 +165,7 @@ def test_a_jobs_first_window_waits_for_it_to_settle_and_is_released(daemon_facto
         assert seen[0]["t"] >= 9.0, f"{launch} launch: its first window came {seen[0]['t']:.1f} s in"
         detached = [s for s in seen if int(s.get("detaches", 0)) >= 1]
         assert detached and detached[0]["t"] - seen[0]["t"] < 3.0, f"{launch}: CUPTI stayed attached"
-        assert int(detached[0]["windows_opened"]) == 2, f"{launch}: no release window followed the first"
+        if launch == "second":  # a first run's start-up windows come soon anyway (H200: 3 by 18.6 s)
+            assert int(detached[0]["windows_opened"]) == 2, "no release window followed the first"
     log = d.log_path.read_text() if d.log_path is not None else ""
     assert not log or ("a first run" in log and "its processes have settled" in log)

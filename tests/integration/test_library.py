@@ -103,3 +103,36 @@ def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tm
     assert exported["format"] == "gitm-library" and len(exported["workloads"]) == 1
     r = ctl(daemon.socket, "library", "show", "ffffffffffff", check=False)
     assert r.returncode == 4 and "no workload" in r.stderr
+
+
+def test_a_cpu_affinity_policy_is_set_by_gitmctl_run_before_exec(daemon: Daemon, short_tmp: Path) -> None:
+    """A workload whose validated policy holds cpu_affinity: `gitmctl run` says its CPUs with the
+    registration, gets quiet ones among them in the plan and runs the command on them from its first
+    instruction (the command's own affinity shows it)."""
+    import os
+
+    import pytest
+
+    start = os.sched_getaffinity(0)
+    if len(start) < 3:
+        pytest.skip("needs three CPUs: the policy takes at least two, and fewer than the job starts on")
+    probe = "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0)))))"
+    key = launch_key([sys.executable, "-c", probe], str(short_tmp))
+    doc = document(key)
+    doc["workloads"][0]["policies"] = [
+        {"env": {}, "live": [{"lever": "cpu_affinity"}], "status": "validated"}
+    ]
+    lib = short_tmp / "lib.json"
+    lib.write_text(json.dumps(doc))
+    ctl_json(daemon.socket, "library", "import", str(lib))
+    r = subprocess.run(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "run", "--", sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=short_tmp,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    ran = {int(c) for c in r.stdout.split(",")}
+    assert f"running on CPUs {','.join(map(str, sorted(ran)))}" in r.stderr
+    assert ran < start and len(ran) == max(2, min(len(start), 8))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from collections.abc import Callable
@@ -553,6 +554,72 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
+    tmp_path: Path, write_ring: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validated cpu_affinity policy is chosen at registration among the CPUs the launcher starts
+    on and comes back in the plan, for the launcher to set before exec (contended, H200: the policy
+    set a tick after the first CUDA call left the import and the first steps on the busy cores). A
+    process already on those CPUs needs nothing from gitmd; one whose launcher ignored the plan gets
+    them set from the tick, promoted as the policy's intervention."""
+    import sys
+
+    import gitmd.service as service_mod
+
+    start = os.sched_getaffinity(0)
+    if len(start) < 2:
+        pytest.skip("needs two CPUs")
+    first = min(start)
+    chosen: list[tuple[int, set[int] | None]] = []
+
+    def quiet(
+        count: int, prefer: set[int] | None = None, interval_s: float = 0.2, among: set[int] | None = None
+    ) -> set[int]:
+        chosen.append((count, among))
+        return {first}  # the quietest CPU, as if the others were busy
+
+    monkeypatch.setattr(service_mod, "quiet_cpus", quiet)
+    svc = _service_with_policy(tmp_path, [{"lever": "cpu_affinity", "setting": {}}])
+    reg = Registration(
+        "train",
+        ("python", "train.py"),
+        "/srv",
+        os.getuid(),
+        os.getgid(),
+        launch_key="train",
+        cpus=(*start, 9999),
+    )
+    view, plan = svc.register_job(reg)
+    assert plan.cpus == (first,) and chosen[-1][1] == {*start, 9999}
+    assert svc._live_pending[view.job.id][1][0]["at_exec"] == [first]
+    # no CPUs said (a scheduler's registration): nothing at exec, the tick finds CPUs as before
+    other, plain = svc.register_job(dataclasses.replace(reg, cpus=()))
+    assert plain.cpus == () and "at_exec" not in svc._live_pending[other.job.id][1][0]
+    svc._live_pending.pop(other.job.id)
+    svc._duty_pool.submit = lambda fn, job_id: fn(job_id)  # type: ignore[method-assign,assignment]
+    for honoured in (True, False):
+        if not honoured:
+            view, plan = svc.register_job(reg)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            os.sched_setaffinity(child.pid, set(plan.cpus) if honoured else start)
+            _ring_for(write_ring, plan.env["GITM_JOB_DIR"], child.pid, threads=1 if honoured else 2)
+            svc.get_job(view.job.id)
+            svc.duty_cycle()
+            assert view.job.id not in svc._live_pending
+            assert os.sched_getaffinity(child.pid) == {first}
+            assert (view.job.id, "cpu_affinity") in svc._exp_tried  # no experiment on it in this run
+            ivs = svc.interventions.list(view.job.id)
+            if honoured:
+                assert ivs == []  # its launcher set them: nothing of gitmd's to keep or revert
+            else:
+                (iv,) = ivs
+                assert iv.lever == "cpu_affinity" and iv.state == "promoted"
+        finally:
+            child.kill()
+            child.wait()
 
 
 def _service_with_policy(tmp_path: Path, live: list[dict[str, object]]) -> Service:

@@ -67,7 +67,12 @@ def measurer(path: Path, busy: float | None = None) -> Iterator[Measurement | No
 
 
 def run(
-    tmp_path: Path, cpus: tuple[int, int], steps: Path, hog: bool, busy: float | None = None
+    tmp_path: Path,
+    cpus: tuple[int, int],
+    steps: Path,
+    hog: bool,
+    busy: float | None = None,
+    early: float = 0.0,
 ) -> tuple[bool, dict, set[int]]:
     job = spawn(JOB, cpus[0], str(steps))
     hogs = [spawn(HOG, cpus[0]) for _ in range(2)] if hog else []
@@ -86,11 +91,13 @@ def run(
             measure=lambda: next(m),
             rounds=4,
             settle_s=0.2,
+            early_speedup=early,
         )
         d = exp.run()
         record = ExperimentStore(store).get(exp.exp.id)
         assert [iv.state for iv in ivs.list("job1", pending_only=True)] == []
-        assert len(Audit(store).list(limit=1000)) >= 2 * 4  # every apply and revert audited
+        windows = len(record.arms)
+        assert len(Audit(store).list(limit=1000)) >= windows  # every apply and revert audited
         return d.promote, record.decision, os.sched_getaffinity(job.pid)
     finally:
         for p in (job, *hogs):
@@ -103,6 +110,18 @@ def test_contended_job_moved_away_is_promoted(tmp_path: Path, cpus: tuple[int, i
     assert promoted, decision
     assert decision["low"] >= 1.03 and decision["pairs"] >= 3
     assert affinity == {cpus[1]}  # the promoted placement stays
+
+
+def test_an_effect_far_beyond_the_drift_is_promoted_after_two_pairs(
+    tmp_path: Path, cpus: tuple[int, int], steps: Path
+) -> None:
+    """experiments.early_speedup: the job sharing its core with two hogs runs about 3x slower than on
+    the free core; every B window beats every A window by far more than 1.5x after two pairs (one of
+    each order), so the remaining rounds are not run."""
+    promoted, decision, affinity = run(tmp_path, cpus, steps, hog=True, early=1.5)
+    assert promoted, decision
+    assert decision["pairs"] == 2 and "early bound 1.50" in decision["reason"] and decision["low"] >= 1.5
+    assert affinity == {cpus[1]}
 
 
 def test_nothing_to_gain_leaves_the_job_as_it_was(tmp_path: Path, cpus: tuple[int, int], steps: Path) -> None:
