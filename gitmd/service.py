@@ -1075,8 +1075,9 @@ class Service:
 
     def _exec_cpus(self, job: Job, start: tuple[int, ...], items: list[dict[str, Any]]) -> tuple[int, ...]:
         """A validated cpu_affinity policy, set by the launcher before exec: quiet CPUs near the GPU,
-        as many as the live lever takes (2-8, by the CPUs the job starts on), chosen now among
-        ``start`` (the launcher's affinity). Applied from the job's first instruction, as the oracle
+        chosen now as the live lever chooses them (among gitmd's CPUs, not only the ones the job
+        was started on: a job squeezed onto busy cores is moved off them), as many as it takes (2-8,
+        by ``start``, the launcher's affinity). Applied from the job's first instruction, as the oracle
         runs it (taskset), not a duty tick after its first CUDA call (contended, H200 2026-12-03:
         policy runs 0.118-0.136 ms/step against the oracle's 0.078-0.089: their import and first
         steps ran on the contended cores). Noted on the policy's pending item (``at_exec``), so the
@@ -1084,14 +1085,11 @@ class Service:
         item = next((x for x in items if x.get("lever") == "cpu_affinity"), None)
         if item is None or not start:
             return ()
-        among = set(start)
         try:
-            cpus = quiet_cpus(
-                max(2, min(len(among), 8)), prefer=self._near_cpus(job), interval_s=0.1, among=among
-            )
+            cpus = quiet_cpus(max(2, min(len(start), 8)), prefer=self._near_cpus(job), interval_s=0.1)
         except OSError:
             return ()
-        if not cpus or cpus == among:
+        if not cpus or cpus == set(start):
             return ()
         item["at_exec"] = sorted(cpus)
         return tuple(sorted(cpus))

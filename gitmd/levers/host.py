@@ -64,14 +64,9 @@ def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
     return busy
 
 
-def quiet_cpus(
-    count: int, prefer: set[int] | None = None, interval_s: float = 0.2, among: set[int] | None = None
-) -> set[int]:
-    """The ``count`` least busy CPUs gitmd may use (and in ``among``, when given), those in
-    ``prefer`` (near the GPU) first."""
+def quiet_cpus(count: int, prefer: set[int] | None = None, interval_s: float = 0.2) -> set[int]:
+    """The ``count`` least busy CPUs gitmd may use, those in ``prefer`` (near the GPU) first."""
     allowed = os.sched_getaffinity(0)
-    if among is not None:
-        allowed &= among
     busy = cpu_busy(interval_s)
     near = prefer or set()
     # Idle before near: a core near the GPU that other work keeps busy is what the job should leave.
