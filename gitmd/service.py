@@ -152,7 +152,9 @@ class Service:
         self.experiments = ExperimentStore(jobs.store)
         self._exp_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="experiment")
         self._exp_running: dict[str, threading.Event] = {}  # job id -> its experiment's cancel flag
-        self._exp_cause: dict[str, str] = {}  # job id -> the cause its running experiment acts on
+        # job id -> the causes its running live experiment may remove: the one it acts on and the
+        # others its lever addresses (no launch trial on those meanwhile)
+        self._exp_cause: dict[str, set[str]] = {}
         self._exp_tried: set[tuple[str, str]] = set()  # (job id, lever): one try per job
         self._exp_lock = threading.Lock()
         self._fingerprinted: set[str] = set()
@@ -500,9 +502,10 @@ class Service:
             self._live_pending[job_id] = [pid, left, windows + 1]
 
     def _set_at_exec(self, job: Job, pid: int, item: dict[str, Any], left: list[dict[str, Any]]) -> bool:
-        """A cpu_affinity policy the launch plan carried (``at_exec``): done when the job's processes
-        run on those CPUs (their launcher set them); otherwise gitmd sets them now (a launcher that
-        does not honour LaunchPlan.cpus). False: no process to look at yet (``item`` left)."""
+        """A cpu_affinity policy the launch plan carried (``at_exec``): recorded as the policy's
+        intervention, reverting to the CPUs the launcher started on, when the job's processes run
+        on those CPUs (their launcher set them); otherwise gitmd sets them now (a launcher that does
+        not honour LaunchPlan.cpus). False: no process to look at yet (``item`` left)."""
         pids = self._job_pids(job.id)
         if not pids:
             left.append(item)
@@ -513,17 +516,22 @@ class Service:
         except OSError:
             left.append(item)
             return False
-        if ran:
-            log.info(
-                "job %s: cpu_affinity(cpus=%s) from policy %d set by its launcher at exec",
-                job.id,
-                sorted(cpus),
-                pid,
-            )
-            return True
         lever = make_lever("cpu_affinity", cpus=sorted(cpus))
         try:
-            iv = self.interventions.apply(job.id, lever, self._target(job.id))
+            target = self._target(job.id)
+            if ran:
+                start = item.get("started_on") or sorted(cpus)
+                now = lever.capture(target)
+                saved = {part: {k: start for k in now[part]} for part in ("threads", "main")}
+                iv = self.interventions.apply(job.id, lever, target, saved=saved)
+                self.interventions.promote(
+                    iv.id, f"policy {pid} of the workload, set at exec by its launcher"
+                )
+                log.info(
+                    "job %s: %s from policy %d set by its launcher at exec", job.id, lever.describe(), pid
+                )
+                return True
+            iv = self.interventions.apply(job.id, lever, target)
             self.interventions.promote(iv.id, f"policy {pid} of the workload, at launch")
             log.info(
                 "job %s: %s from policy %d applied (its launcher did not set it)",
@@ -571,12 +579,15 @@ class Service:
             return
         tried = {t.lever for t in self.trials.of_workload(job.workload_id)}
         with self._exp_lock:
-            live_on = self._exp_cause.get(job_id)  # a live lever is being tried on that cause
+            # a live lever is being tried that may remove these causes (contended, H200 2026-12-03:
+            # a launch trial planned on launch_bound while cpu_affinity, which addresses it too, was
+            # being tried ran on the next launches, the recurring one among them)
+            live_on = self._exp_cause.get(job_id, set())
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
         # A trial costs the workload's next runs: plan only for a cause seen in two windows in a row
         earlier = self._earlier_causes(job, report)
         for cause in report.causes:
-            if not cause.above_threshold or cause.name not in earlier or cause.name == live_on:
+            if not cause.above_threshold or cause.name not in earlier or cause.name in live_on:
                 continue
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
@@ -1048,7 +1059,7 @@ class Service:
                     return
                 cancel = threading.Event()
                 self._exp_running[job_id] = cancel
-                self._exp_cause[job_id] = top.name
+                self._exp_cause[job_id] = {top.name, *lever.causes}
                 self._exp_tried.add((job_id, name))
             log.info(
                 "job %s: %s costs %.0f%% of its time; trying %s",
@@ -1083,6 +1094,7 @@ class Service:
         steps ran on the contended cores). Noted on the policy's pending item (``at_exec``), so the
         tick sets the same CPUs when the launcher did not."""
         item = next((x for x in items if x.get("lever") == "cpu_affinity"), None)
+        start = tuple(c for c in start if c < (os.cpu_count() or 0))  # CPUs this host has
         if item is None or not start:
             return ()
         try:
@@ -1091,7 +1103,7 @@ class Service:
             return ()
         if not cpus or cpus == set(start):
             return ()
-        item["at_exec"] = sorted(cpus)
+        item["at_exec"], item["started_on"] = sorted(cpus), sorted(start)
         return tuple(sorted(cpus))
 
     def _live_lever(self, name: str, job: Job) -> Lever | None:

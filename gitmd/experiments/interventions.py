@@ -110,9 +110,12 @@ class Interventions:
         target: Target,
         actor: str = "gitmd",
         experiment_id: int | None = None,
+        saved: dict[str, Any] | None = None,
     ) -> Intervention:
-        """capture -> record (committed) -> apply -> verify; on any failure reverted and recorded."""
-        saved = lever.capture(target)
+        """capture -> record (committed) -> apply -> verify; on any failure reverted and recorded.
+        ``saved``: what a revert restores, when it is not what the target has now (a setting the
+        job's launcher already made at exec: the state before it)."""
+        saved = lever.capture(target) if saved is None else saved
         now = time.time_ns()
         with self.store.transaction() as db:
             cur = db.conn.execute(

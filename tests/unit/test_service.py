@@ -562,8 +562,9 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
     """A validated cpu_affinity policy is chosen at registration, as many CPUs as the launcher starts
     on, and comes back in the plan, for the launcher to set before exec (contended, H200: the policy
     set a tick after the first CUDA call left the import and the first steps on the busy cores). A
-    process already on those CPUs needs nothing from gitmd; one whose launcher ignored the plan gets
-    them set from the tick, promoted as the policy's intervention."""
+    process already on those CPUs gets the policy's intervention recorded (its revert goes back to
+    the CPUs the launcher started on; a CPU the host lacks is dropped); one whose launcher ignored the
+    plan gets them set from the tick."""
     import sys
 
     import gitmd.service as service_mod
@@ -590,7 +591,7 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
         cpus=(*start, 9999),
     )
     view, plan = svc.register_job(reg)
-    assert plan.cpus == (first,) and chosen[-1][0] == max(2, min(len(start) + 1, 8))
+    assert plan.cpus == (first,) and chosen[-1][0] == max(2, min(len(start), 8))
     assert svc._live_pending[view.job.id][1][0]["at_exec"] == [first]
     # no CPUs said (a scheduler's registration): nothing at exec, the tick finds CPUs as before
     other, plain = svc.register_job(dataclasses.replace(reg, cpus=()))
@@ -609,12 +610,12 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
             assert view.job.id not in svc._live_pending
             assert os.sched_getaffinity(child.pid) == {first}
             assert (view.job.id, "cpu_affinity") in svc._exp_tried  # no experiment on it in this run
-            ivs = svc.interventions.list(view.job.id)
-            if honoured:
-                assert ivs == []  # its launcher set them: nothing of gitmd's to keep or revert
-            else:
-                (iv,) = ivs
-                assert iv.lever == "cpu_affinity" and iv.state == "promoted"
+            (iv,) = svc.interventions.list(view.job.id)
+            assert iv.lever == "cpu_affinity" and iv.state == "promoted"
+            assert ("set at exec by its launcher" in iv.reason) == honoured
+            # the policy's intervention either way: reverting it puts the job back where it started
+            svc.revert_intervention(iv.id, "operator")  # as `gitmctl revert` does
+            assert os.sched_getaffinity(child.pid) == start
         finally:
             child.kill()
             child.wait()
@@ -964,7 +965,7 @@ def test_a_cache_lever_tried_live_gets_no_launch_trial_of_its_launch_form(tmp_pa
     window(1)
     with svc._exp_lock:  # what _maybe_experiment records when it starts alloc_keep_cache_live
         svc._exp_running[job_id] = threading.Event()
-        svc._exp_cause[job_id] = "allocator"
+        svc._exp_cause[job_id] = {"allocator"}
         svc._exp_tried.add((job_id, "alloc_keep_cache_live"))
     window(2)  # seen twice, but the live lever is being tried on it
     assert svc.trials.of_workload(wid) == []
@@ -974,6 +975,46 @@ def test_a_cache_lever_tried_live_gets_no_launch_trial_of_its_launch_form(tmp_pa
     window(3)
     (t,) = svc.trials.of_workload(wid)
     assert t.lever == "alloc_expandable_segments" and t.cause == "allocator"
+
+
+def test_no_launch_trial_on_a_cause_the_live_lever_being_tried_addresses(tmp_path: Path) -> None:
+    """Contended (H200, 2026-12-03): while cpu_affinity was tried on host_contention, launch_bound
+    (inflated by the same contention, and a cause cpu_affinity addresses) was seen twice and a
+    launch trial of cuda_device_max_connections was planned; it ran on the next launches, the
+    recurring one among them. Now the causes of the live lever being tried wait for its outcome."""
+    import threading
+    from types import SimpleNamespace
+
+    from gitmd.analysis.causes import LEVERS, Cause
+    from gitmd.levers.host import CpuAffinity
+
+    svc = make_service(tmp_path)
+    wid = _recurring(svc, "loop")
+    reg = Registration("loop", ("python", "l.py"), "/srv", os.getuid(), os.getgid(), launch_key="loop")
+    view, _ = svc.register_job(reg)
+    job_id = view.job.id
+    svc._steady.add(job_id)
+
+    def window(n: int) -> None:
+        causes = [
+            Cause("host_contention", 1e6, 0.7, 0.8, ("x",), LEVERS["host_contention"], True),
+            Cause("launch_bound", 1e6, 0.25, 0.8, ("x",), LEVERS["launch_bound"], True),
+        ]
+        svc.attribution = lambda job_id, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign]
+        svc._maybe_plan_trial(job_id)
+
+    window(1)
+    with svc._exp_lock:  # what _maybe_experiment records when it starts cpu_affinity
+        svc._exp_running[job_id] = threading.Event()
+        svc._exp_cause[job_id] = {"host_contention", *CpuAffinity.causes}
+    window(2)
+    assert svc.trials.of_workload(wid) == []
+    with svc._exp_lock:  # decided: what remains of launch_bound may be tried across runs
+        svc._exp_running.pop(job_id)
+        svc._exp_cause.pop(job_id)
+    window(3)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.cause == "launch_bound"
 
 
 def test_keep_cache_live_is_tried_only_where_gitmds_hook_reads_the_flag(
