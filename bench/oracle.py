@@ -86,16 +86,22 @@ def stop(p: subprocess.Popen[str] | None) -> None:
             p.wait()
 
 
-def run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str, Any]:
+def run_once(
+    w: Workload, s: Setting | None, timeout: float = 300, args: list[str] | None = None
+) -> dict[str, Any]:
+    """One run of the workload with setting ``s`` (None: as it is); ``args``: its arguments when
+    not the oracle's (the scoreboard's delivered runs, their length)."""
     co = cotenant(w, s)
     try:
-        return _run_once(w, s, timeout)
+        return _run_once(w, s, timeout, args)
     finally:
         stop(co)
 
 
-def _run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str, Any]:
-    cmd = [PY, str(W / w.script), *steps_args(w), *(s.argv if s else ())]
+def _run_once(
+    w: Workload, s: Setting | None, timeout: float = 300, args: list[str] | None = None
+) -> dict[str, Any]:
+    cmd = [PY, str(W / w.script), *(steps_args(w) if args is None else args), *(s.argv if s else ())]
     if w.contended:
         cmd = ["taskset", "-c", (s.cpus if s and s.cpus else CONTENDED_CPUS), *cmd]
     if s and s.nice:
@@ -110,6 +116,8 @@ def _run_once(w: Workload, s: Setting | None, timeout: float = 300) -> dict[str,
     m = re.findall(w.metric, r.stdout)
     out["step_ms"] = float(t[-1]) if t else None
     out["metric"] = float(m[-1]) if m else None
+    steps = re.findall(r"steps=(\d+)", r.stdout)
+    out["steps"] = int(steps[-1]) if steps else 0
     if r.returncode != 0:
         out["stderr"] = r.stderr[-2000:]
     return out

@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
 
 from bench import oracle  # noqa: E402
 from bench.harness import Gitmd  # noqa: E402
-from bench.suite import CONTENDED_CPUS, TIME, Workload, by_name  # noqa: E402
+from bench.suite import CONTENDED_CPUS, TIME, Setting, Workload, by_name  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
 
 PY = sys.executable
@@ -289,7 +289,12 @@ def launch(g: Gitmd, w: Workload) -> dict[str, Any]:
 
 
 def delivered(
-    g: Gitmd, w: Workload, repeats: int = 3, seconds: float = 20.0, into: dict[str, Any] | None = None
+    g: Gitmd,
+    w: Workload,
+    repeats: int = 3,
+    seconds: float = 20.0,
+    into: dict[str, Any] | None = None,
+    best: Setting | None = None,
 ) -> dict[str, Any]:
     """What gitmd's promoted policy gives the program, measured the way the oracle measures a
     setting: the program's own step time, plain (A) and launched through gitmd with exploration
@@ -299,18 +304,29 @@ def delivered(
     oracle's: its windows slow the baseline arm it measures (pageable_input, 2026-12-02). The runs
     of a live lever are ``seconds`` long, so that its onset (its processes seen, a window to find
     its target: a second or two) weighs little, as on a real job; a launch policy is in place from
-    the start, and its runs are the oracle's."""
+    the start, and its runs are the oracle's.
+    ``best``: the oracle's best setting, run the oracle's way as a third arm (O) in the same
+    rotation, the same steps: the oracle's speedup measured side by side with gitmd's (contended's
+    oracle file and its delivered runs, from different calls, had their plain runs 10% apart)."""
     args = timed_args(w, seconds) if w.mode == "live" else oracle.steps_args(w)
     pin = ["taskset", "-c", CONTENDED_CPUS] if w.contended else []
-    runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": [], **({"O": []} if best is not None else {})}
+    order = list(runs)
     if into is not None:
         into["delivered_runs"] = runs  # what is done so far, when the scoreboard is stopped
     for r in range(repeats):
-        for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
+        for arm in order[r % len(order) :] + order[: r % len(order)]:  # AB(O), B(O)A, (O)AB, ...
             if runs["A"] and runs["A"][0]["steps"] and "--seconds" in args:
                 # every later run does the first one's steps: a loss after more steps is another
                 # number (cotenant, 2026-12-02: 20-s runs under the policy ran more steps)
                 args = counted_args(w, runs["A"][0]["steps"])
+            if arm == "O":
+                assert best is not None
+                runs["O"].append(oracle.run_once(w, best, timeout=600, args=args))
+                print(
+                    f"  {w.name} delivered O{r}: {runs['O'][-1]['step_ms']} ms", file=sys.stderr, flush=True
+                )
+                continue
             prog = [PY, str(oracle.W / w.script), *args]
             under = arm == "B"
             cmd = [*pin, *gitmctl(g, "run", "--no-explore", "--"), *prog] if under else [*pin, *prog]
@@ -342,7 +358,15 @@ def delivered_summary(w: Workload, runs: dict[str, list[dict[str, Any]]]) -> dic
     done; a stopped scoreboard's last pair may be incomplete."""
     a = [x["step_ms"] for x in runs["A"] if x["step_ms"]]
     b = [x["step_ms"] for x in runs["B"] if x["step_ms"]]
+    o = [x["step_ms"] for x in runs.get("O", []) if x["step_ms"]]
+    side = {}
+    if a and o:  # the oracle's setting, side by side with gitmd's policy
+        side["oracle_side_speedup"] = statistics.median(a) / statistics.median(o)
+        side["oracle_side_equivalent"] = all(
+            oracle.same(w, x, y) for x, y in zip(runs["A"], runs["O"], strict=False)
+        )
     return {
+        **side,
         "delivered_speedup": statistics.median(a) / statistics.median(b) if a and b else None,
         "delivered_equivalent": all(oracle.same(w, x, y) for x, y in zip(runs["A"], runs["B"], strict=False)),
         "delivered_got_policy": all(
@@ -469,6 +493,9 @@ def score(w: Workload, got: dict[str, Any], orc: dict[str, Any] | None) -> dict[
         # gitmd's score is what its policy delivers, measured as the oracle measures (when run)
         mine = got.get("delivered_speedup") or got["speedup"]
         row["ratio"] = mine / orc["oracle_speedup"] if orc["oracle_speedup"] else None
+        if got.get("delivered_speedup") and got.get("oracle_side_speedup"):
+            # against the oracle's setting run in the same call, interleaved with gitmd's runs
+            row["ratio_side"] = got["delivered_speedup"] / max(1.0, got["oracle_side_speedup"])
         measured = {s["lever"]: s for s in orc["settings"]}
         row["regressions"] = sum(
             1 for lv in got["promoted"] if lv in measured and (measured[lv]["speedup"] or 0) < 1.0
@@ -514,6 +541,10 @@ def report(rows: list[dict[str, Any]], argv: list[str], host: str) -> str:
                 f"; pairs {r['overhead_paired']:+.1%}"
                 f" (95% {r['overhead_ci_low']:+.1%} .. {r['overhead_ci_high']:+.1%})"
             )
+        ratio = f(r.get("ratio"))
+        if r.get("ratio_side") is not None:
+            side = r["oracle_side_speedup"]
+            ratio += f" ({r['ratio_side']:.3f} against the oracle's setting in this call: {side:.3f}x)"
         decision = f(r.get("decision_s"), "{:.0f}")
         if r.get("steady_decision_s") is not None:
             decision += f" ({r['steady_decision_s']:.0f} from warm-up)"
@@ -521,7 +552,7 @@ def report(rows: list[dict[str, Any]], argv: list[str], host: str) -> str:
             f"| {name} | {r['mode']} | {r['headroom']} | {f(r.get('baseline_ms'))} | "
             f"{', '.join(r['promoted']) or 'nothing'} | {f(r['speedup'])} | "
             f"{f(r.get('delivered_speedup'))} | "
-            f"{f(r.get('oracle_speedup'))} ({r.get('oracle_setting', '-')}) | {f(r.get('ratio'))} | "
+            f"{f(r.get('oracle_speedup'))} ({r.get('oracle_setting', '-')}) | {ratio} | "
             f"{r.get('regressions', '-')} | {r.get('violations', '-')} | "
             f"{decision} | "
             f"{ovh} | {rec} |"
@@ -629,7 +660,10 @@ def _parts(a: argparse.Namespace, workloads: list[Workload], rows: list[dict[str
             try:
                 got.update(launch(g, w) if w.mode == "launch" else live(g, w))
                 if got["promoted"] and a.delivered_repeats > 0:
-                    got.update(delivered(g, w, a.delivered_repeats, a.delivered_seconds, into=got))
+                    best = next(
+                        (s for s in w.settings if orc is not None and s.lever == orc["oracle_setting"]), None
+                    )
+                    got.update(delivered(g, w, a.delivered_repeats, a.delivered_seconds, into=got, best=best))
                 runs: dict[str, Any] = {}
                 got["overhead"] = (
                     overhead(w, a.backend, Path(d), repeats=a.overhead_repeats, keep=runs)

@@ -207,7 +207,10 @@ def _closed(d: Daemon, job_id: str, timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         view = json.loads(ctl(d.socket, "job", "--slurm-job", job_id, "--json").stdout)
-        if view["jobs"] and all(j["state"] == "exited" for j in view["jobs"]):
+        ended = any(e["action"] == "SchedulerJobEnd" for e in view.get("audit", []))
+        # the Epilog's audit row is written after the jobs it closed (make test, 2026-12-03: the
+        # view was read between the two)
+        if view["jobs"] and all(j["state"] == "exited" for j in view["jobs"]) and ended:
             return view  # type: ignore[no-any-return]
         if time.monotonic() > deadline:
             raise AssertionError(f"the Epilog did not close Slurm job {job_id}: {view}")

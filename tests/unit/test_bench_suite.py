@@ -45,6 +45,33 @@ def test_the_report_scores_a_row() -> None:
     assert worse["regressions"] == 1 and worse["violations"] == 1  # slower, and its outputs changed
 
 
+def test_delivered_runs_with_the_oracles_setting_side_by_side() -> None:
+    """Contended (H200, 2026-12-03): its oracle file and its delivered runs came from different calls,
+    their plain runs 10% apart. The oracle's best setting run as a third arm in the delivered
+    rotation gives the ratio against the oracle measured in the same call."""
+    from bench.run import delivered_summary
+
+    (w,) = [x for x in suite() if x.name == "contended"]
+
+    def run(ms: float, policy: bool = False) -> dict:
+        notes = ["gitmctl run: known workload 1: launching with its validated policy 1"] if policy else []
+        return {"exit": 0, "step_ms": ms, "steps": 34620, "metric": 36.29, "notes": notes}
+
+    runs = {
+        "A": [run(0.48), run(0.38), run(0.44)],
+        "B": [run(0.122, True), run(0.120, True), run(0.093, True)],
+        "O": [run(0.090), run(0.085), run(0.088)],
+    }
+    got = delivered_summary(w, runs)
+    assert got["delivered_got_policy"] and got["delivered_equivalent"] and got["oracle_side_equivalent"]
+    assert abs(got["oracle_side_speedup"] - 0.44 / 0.088) < 1e-9
+    orc = {"oracle_speedup": 4.875, "oracle_setting": "cpu_affinity",
+           "settings": [{"lever": "cpu_affinity", "speedup": 4.875, "equivalent": True}]}  # fmt: skip
+    row = score(w, {"promoted": ["cpu_affinity"], "speedup": 2.5, **got}, orc)
+    assert abs(row["ratio_side"] - (0.44 / 0.120) / (0.44 / 0.088)) < 1e-9
+    assert "against the oracle's setting in this call: 5.000x" in report([row], ["x"], "H200")
+
+
 def test_the_overhead_of_a_first_run_and_of_recurring_runs() -> None:
     """The H200's CuPy control (2026-12-03): gitmd's first run against its recurring ones, each
     over the median plain run, shown in the report next to the overall median."""
