@@ -28,7 +28,7 @@ from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.hostbuffers import HotBuffer, hot_pageable_buffers, to_pin
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
-from gitmd.analysis.steps import JobSteps, job_steps, step_timing, time_per_step_ms
+from gitmd.analysis.steps import JobSteps, StepStats, job_steps, step_timing, time_per_step_ms
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
@@ -614,9 +614,12 @@ class Service:
         if started:
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
-        view = JobView(
-            job, procs, self._windows(job.id, jc), self._steps.get(job.id), self._policies.get(job.id, 0)
-        )
+        if job.state in ("exited", "lost"):
+            view = JobView(job, [], job.windows, _stored_steps(job.steps), job.policy_id)
+        else:
+            view = JobView(
+                job, procs, self._windows(job.id, jc), self._steps.get(job.id), self._policies.get(job.id, 0)
+            )
         if started:
             self._publish("running", view)
         return view
@@ -663,13 +666,7 @@ class Service:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self._untrack(job_id)
         self._forget(job_id)
-        view = JobView(
-            self.jobs.exited(job_id, exit_code),
-            [],
-            self._windows(job_id),
-            self._steps.get(job_id),
-            self._policies.get(job_id, 0),
-        )
+        view = self._ended(self.jobs.exited(job_id, exit_code, **self._outcome(job_id)))
         self._publish("exited", view)
         return view
 
@@ -884,9 +881,8 @@ class Service:
             if self.capture is not None:
                 self._untrack(job.id)
                 self._forget(job.id)
-            lost = self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost")
-            self._publish("lost", JobView(lost, [], self._windows(job.id)))
-            self._all_dead_since.pop(job.id, None)
+            lost = self.jobs.exited(job.id, LOST_EXIT_CODE, state="lost", **self._outcome(job.id))
+            self._publish("lost", self._ended(lost))
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
@@ -904,6 +900,29 @@ class Service:
         if jc is not None:
             self._windows_done[job_id] = jc.windows
         self.capture.untrack(job_id)
+
+    def _outcome(self, job_id: str) -> dict[str, Any]:
+        """What the ending job's run came to, for the store (JobRegistry.exited): from memory, or
+        what was stored when it ended before (a second report of its exit)."""
+        job = self.jobs.get(job_id)
+        steps = self._steps.get(job_id)
+        return {
+            "windows": self._windows(job_id) or job.windows,
+            "policy_id": self._policies.get(job_id, 0) or job.policy_id,
+            "steps": json.dumps(dataclasses.asdict(steps)) if steps is not None else job.steps,
+        }
+
+    def _ended(self, job: Job) -> JobView:
+        """An ended job's view, from the store; what memory held of it is dropped (a daemon that runs
+        for months keeps only its running jobs there)."""
+        self._windows_done.pop(job.id, None)
+        self._policies.pop(job.id, None)
+        self._steps.pop(job.id, None)
+        self._run_steps.pop(job.id, None)
+        self._fingerprinted.discard(job.id)
+        self._all_dead_since.pop(job.id, None)
+        self._exp_tried.difference_update([t for t in list(self._exp_tried) if t[0] == job.id])
+        return JobView(job, [], job.windows, _stored_steps(job.steps), job.policy_id)
 
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)
@@ -1448,3 +1467,14 @@ class Service:
         self.granger.close()
         if self.capture is not None:
             self.capture.close_all_windows()
+
+
+def _stored_steps(text: str) -> JobSteps | None:
+    """A job's steps as JobRegistry.exited stored them (JSON), None when none or unreadable."""
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+        return JobSteps(int(d["pid"]), int(d["window_id"]), StepStats(**d["stats"]), str(d["anchor_kernel"]))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -54,6 +54,11 @@ class Job:
     scheduler_job_id: str = ""
     scheduler_closes: bool = False
     background: bool = False  # yields its GPU to foreground jobs (cotenant_yield)
+    # kept once it has ended (while it runs, the daemon's memory has them): its capture windows,
+    # the policy it was launched with, its steps as its last window found them (JSON; "" none)
+    windows: int = 0
+    policy_id: int = 0
+    steps: str = ""
 
     @property
     def user(self) -> str:
@@ -105,6 +110,9 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         scheduler_job_id=r["scheduler_job_id"],
         scheduler_closes=bool(r["scheduler_closes"]),
         background=bool(r["background"]),
+        windows=r["windows"],
+        policy_id=r["policy_id"],
+        steps=r["steps"],
     )
 
 
@@ -267,14 +275,24 @@ class JobRegistry:
                 "UPDATE jobs SET state = ? WHERE id = ? AND state NOT IN ('exited', 'lost')", [state, job_id]
             )
 
-    def exited(self, job_id: str, exit_code: int, state: str = "exited") -> Job:
+    def exited(
+        self,
+        job_id: str,
+        exit_code: int,
+        state: str = "exited",
+        windows: int = 0,
+        policy_id: int = 0,
+        steps: str = "",
+    ) -> Job:
+        """The job ended: its state, exit code and what its run came to (windows, policy, steps)."""
         job = self.get(job_id)
         if job.id != job_id:
             raise NotFoundError(f"no job with id {job_id!r}")
         with self.store.transaction() as db:
             db.execute(
-                "UPDATE jobs SET state = ?, ended_ns = ?, exit_code = ? WHERE id = ?",
-                [state, time.time_ns(), exit_code, job_id],
+                "UPDATE jobs SET state = ?, ended_ns = ?, exit_code = ?, windows = ?, policy_id = ?, "
+                "steps = ? WHERE id = ?",
+                [state, time.time_ns(), exit_code, windows, policy_id, steps, job_id],
             )
         if job.runtime_dir:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)

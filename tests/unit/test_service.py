@@ -1108,3 +1108,32 @@ def test_kept_windows_are_the_newest_of_each_job_and_never_break_the_loop(
     (state / "windows" / "j3").write_text("a file where the job's directory would go")
     svc._keep_window(dataclasses.replace(w, job_id="j3", window_id=5))  # logged, not raised
     assert "window 5 of job j3 not kept" in caplog.text
+
+
+def test_an_ended_jobs_outcome_is_kept_in_the_store_not_in_memory(tmp_path: Path) -> None:
+    """A daemon that runs for months keeps only its running jobs in memory: once a job has ended, its
+    windows, policy and steps are in its row, its in-memory state is gone, and its view (this
+    gitmd's, or the next one's after a restart) still says what its run came to."""
+    from gitmd.analysis.steps import JobSteps, StepStats
+
+    svc = _service_with_policy(tmp_path, [{"lever": "cpu_affinity", "setting": {}}])
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, plan = svc.register_job(reg)
+    job_id = view.job.id
+    assert plan.policy_id
+    steps = JobSteps(4242, 7, StepStats(True, "", 12, 40, 2.5e6, 2.4e6, 2.7e6, 0.97, 0.95, 3), "sgemm")
+    svc._steps[job_id] = steps
+    jc = svc.capture.get(job_id) if svc.capture is not None else None
+    assert jc is not None
+    jc.windows = 7  # windows it had while tracked
+    svc._exp_tried.add((job_id, "sched_priority"))
+    svc._fingerprinted.add(job_id)
+    done = svc.report_exit(job_id, 0)
+    assert (done.windows, done.steps, done.policy_id) == (7, steps, plan.policy_id)
+    assert job_id not in svc._steps and job_id not in svc._windows_done and job_id not in svc._policies
+    assert job_id not in svc._fingerprinted and not [t for t in svc._exp_tried if t[0] == job_id]
+    again = svc.report_exit(job_id, 0)  # reported twice (a launcher, then the scheduler): kept
+    assert (again.windows, again.steps, again.policy_id) == (7, steps, plan.policy_id)
+    later = make_service(tmp_path)  # the next gitmd, on the same store
+    seen = later.get_job(job_id)
+    assert (seen.windows, seen.steps, seen.policy_id, seen.job.state) == (7, steps, plan.policy_id, "exited")
