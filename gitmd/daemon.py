@@ -126,6 +126,7 @@ class Daemon:
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
+            scheduler.add_job(self.service.cpu_load.sample, "interval", seconds=1.0, id="cpu-load")
             if capture is not None:
                 scheduler.add_job(
                     self.service.renew_yields, "interval", seconds=YIELD_RENEW_S, id="renew-yields"

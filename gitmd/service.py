@@ -54,7 +54,7 @@ from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.levers.base import Lever, LeverError, Risk, Target
-from gitmd.levers.host import gpu_local_cpus, quiet_cpus
+from gitmd.levers.host import CpuLoad, gpu_local_cpus, quiet_cpus
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, EnvLever, with_site
 from gitmd.levers.registry import CATALOG
 from gitmd.levers.registry import make as make_lever
@@ -184,6 +184,7 @@ class Service:
         self._newest: dict[str, WindowResult] = {}
         self._reports: dict[str, dict[int, WindowReport]] = {}
         self.granger = GrangerWorker()
+        self.cpu_load = CpuLoad()  # sampled by the daemon every second: where a job's CPUs go
         self.started_at_ns = time.time_ns()
         self._started_mono = time.monotonic()
         self._gpus = backend.gpus()
@@ -1117,7 +1118,9 @@ class Service:
         if item is None or not start:
             return ()
         try:
-            cpus = quiet_cpus(max(2, min(len(start), 8)), prefer=self._near_cpus(job), interval_s=0.1)
+            cpus = quiet_cpus(
+                max(2, min(len(start), 8)), prefer=self._near_cpus(job), interval_s=0.1, load=self.cpu_load
+            )
         except OSError:
             return ()
         if not cpus or cpus == set(start):
@@ -1136,7 +1139,7 @@ class Service:
                 current = os.sched_getaffinity(pids[0])
             except OSError:
                 return None
-            cpus = quiet_cpus(max(2, min(len(current), 8)), prefer=self._near_cpus(job))
+            cpus = quiet_cpus(max(2, min(len(current), 8)), prefer=self._near_cpus(job), load=self.cpu_load)
             if not cpus or set(cpus) == current:
                 return None
             return make_lever("cpu_affinity", cpus=sorted(cpus))

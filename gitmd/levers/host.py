@@ -8,7 +8,9 @@ captured main-thread setting by ``revert``.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,11 +54,7 @@ def gpu_local_cpus(pci_bus_id: str) -> set[int]:
         return set()
 
 
-def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
-    """Each CPU's busy share over ``interval_s``, from /proc/stat."""
-    a = per_cpu_times()
-    time.sleep(interval_s)
-    b = per_cpu_times()
+def _shares(a: Mapping[int, tuple[int, int]], b: Mapping[int, tuple[int, int]]) -> dict[int, float]:
     busy = {}
     for cpu, (used, total) in b.items():
         u0, t0 = a.get(cpu, (used, total))
@@ -64,10 +62,49 @@ def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
     return busy
 
 
-def quiet_cpus(count: int, prefer: set[int] | None = None, interval_s: float = 0.2) -> set[int]:
-    """The ``count`` least busy CPUs gitmd may use, those in ``prefer`` (near the GPU) first."""
+def cpu_busy(interval_s: float = 0.2) -> dict[int, float]:
+    """Each CPU's busy share over ``interval_s``, from /proc/stat."""
+    a = per_cpu_times()
+    time.sleep(interval_s)
+    return _shares(a, per_cpu_times())
+
+
+class CpuLoad:
+    """Each CPU's busy share over the last ``span_s`` seconds, from /proc/stat read at every
+    ``sample()`` (a daemon job, once a second): CPUs for a job are judged on seconds of load, not on
+    a 0.1-s glance that an intermittent neighbour can slip through, and choosing them needs no
+    sleep (a registration carrying a cpu_affinity policy waited 0.1 s for one)."""
+
+    def __init__(self, span_s: float = 10.0, read: Any = per_cpu_times) -> None:
+        self.span_s = span_s
+        self._read = read
+        self._samples: deque[tuple[float, dict[int, tuple[int, int]]]] = deque()
+        self._lock = threading.Lock()
+
+    def sample(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        times = self._read()
+        with self._lock:
+            self._samples.append((now, times))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= self.span_s:
+                self._samples.popleft()
+
+    def busy(self, min_span_s: float = 1.0) -> dict[int, float] | None:
+        """The shares over the samples kept (at least ``min_span_s`` apart), None before that."""
+        with self._lock:
+            if len(self._samples) < 2:
+                return None
+            (t0, a), (t1, b) = self._samples[0], self._samples[-1]
+        return _shares(a, b) if t1 - t0 >= min_span_s else None
+
+
+def quiet_cpus(
+    count: int, prefer: set[int] | None = None, interval_s: float = 0.2, load: CpuLoad | None = None
+) -> set[int]:
+    """The ``count`` least busy CPUs gitmd may use, those in ``prefer`` (near the GPU) first; busy
+    as ``load`` has seen it over its span, else sampled now for ``interval_s``."""
     allowed = os.sched_getaffinity(0)
-    busy = cpu_busy(interval_s)
+    busy = (load.busy() if load is not None else None) or cpu_busy(interval_s)
     near = prefer or set()
     # Idle before near: a core near the GPU that other work keeps busy is what the job should leave.
     ranked = sorted(

@@ -575,7 +575,9 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
     first = min(start)
     chosen: list[tuple[int, set[int] | None]] = []
 
-    def quiet(count: int, prefer: set[int] | None = None, interval_s: float = 0.2) -> set[int]:
+    def quiet(
+        count: int, prefer: set[int] | None = None, interval_s: float = 0.2, load: object = None
+    ) -> set[int]:
         chosen.append((count, None))
         return {first}  # the quietest CPU, as if the others were busy
 

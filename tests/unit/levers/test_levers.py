@@ -149,6 +149,35 @@ def test_quiet_cpus_come_from_proc_stat() -> None:
     assert len(chosen) == 1 and chosen <= os.sched_getaffinity(0)
 
 
+def test_cpu_load_judges_cpus_on_seconds_of_load() -> None:
+    """A CPU busy in bursts (40% over the last seconds) is not the quiet one, whatever a short
+    glance would have caught; before a second of samples the choice falls back to sampling now.
+    Samples older than the span are dropped."""
+    from gitmd.levers.host import CpuLoad, quiet_cpus
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    bursty, idle = allowed[0], allowed[1]
+    t = {"now": 0}
+
+    def read() -> dict[int, tuple[int, int]]:
+        ms = t["now"] * 1_000_000_000
+        return {c: (int(0.4 * ms) if c == bursty else 0, ms) for c in allowed}
+
+    load = CpuLoad(span_s=10.0, read=read)
+    load.sample(now=0.0)
+    assert load.busy() is None  # one sample: nothing to say yet
+    for s in range(1, 31):
+        t["now"] = s
+        load.sample(now=float(s))
+    busy = load.busy()
+    assert busy is not None and busy[bursty] == pytest.approx(0.4) and busy[idle] == 0.0
+    assert len(load._samples) <= 12  # the last 10 s (and one before), not all 31
+    assert quiet_cpus(1, load=load) == {idle}  # the lowest-numbered idle one
+    assert bursty not in quiet_cpus(len(allowed) - 1, load=load)
+
+
 def test_pin_host_buffer_refuses_bad_settings_and_says_what_it_pins() -> None:
     from gitmd.levers.base import LeverError, Target
 
