@@ -295,14 +295,9 @@ class Service:
             )
         if plan.capture and self.capture is not None:
             self.capture.track(job.id, Path(job.runtime_dir))
-            if self._settles(job, plan):
+            why = self._settles(job, plan)
+            if why:
                 self._settling.add(job.id)
-                if self._known(job.id):
-                    why = "it got its workload's policy"
-                elif self.jobs.earlier_runs_s(job.launch_key, job.created_ns):
-                    why = f"its earlier runs lasted over {2 * self.config.capture.settle_s:.0f} s"
-                else:
-                    why = "a first run (taken as long until it has shown otherwise)"
                 log.info(
                     "job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
                     "(capture.settle_s)",
@@ -317,8 +312,9 @@ class Service:
         self._publish("registered", view)
         return view, plan
 
-    def _settles(self, job: Job, plan: LaunchPlan) -> bool:
-        """Whether the job's first duty window waits until its processes are capture.settle_s old.
+    def _settles(self, job: Job, plan: LaunchPlan) -> str:
+        """Why the job's first duty window waits until its processes are capture.settle_s old ("":
+        it does not).
         Until then the shim closes a window without detaching CUPTI (detaching during start-up
         crashed jobs inside CUPTI), so a start-up window costs a launch-bound job CUPTI's
         instrumentation (~40%) until the process is settle_s old, and start-up rarely shows the step.
@@ -332,14 +328,16 @@ class Service:
         live policy whose lever needs a window to find what it acts on (a stream, a buffer)."""
         settle = self.config.capture.settle_s
         if settle <= 0 or plan.trial:
-            return False
+            return ""
         pending = self._live_pending.get(job.id)
         if pending is not None and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in pending[1]):
-            return False
+            return ""
         if self._known(job.id):
-            return True
+            return "it got its workload's policy"
         runs = self.jobs.earlier_runs_s(job.launch_key, job.created_ns)
-        return not runs or min(runs) >= 2 * settle
+        if not runs:
+            return "a first run (taken as long until it has shown otherwise)"
+        return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""
 
     def _unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
         """A settling job whose oldest live process is younger than capture.settle_s."""
@@ -616,7 +614,7 @@ class Service:
             self.jobs.set_state(job.id, "running")
             job = self.jobs.get(job.id)
         if job.state in ("exited", "lost"):
-            view = JobView(job, [], job.windows, _stored_steps(job.steps), job.policy_id)
+            view = _stored_view(job)
         else:
             view = JobView(
                 job, procs, self._windows(job.id, jc), self._steps.get(job.id), self._policies.get(job.id, 0)
@@ -923,7 +921,7 @@ class Service:
         self._fingerprinted.discard(job.id)
         self._all_dead_since.pop(job.id, None)
         self._exp_tried.difference_update([t for t in list(self._exp_tried) if t[0] == job.id])
-        return JobView(job, [], job.windows, _stored_steps(job.steps), job.policy_id)
+        return _stored_view(job)
 
     def _forget(self, job_id: str) -> None:
         self._live_pending.pop(job_id, None)
@@ -1470,6 +1468,11 @@ class Service:
         self.granger.close()
         if self.capture is not None:
             self.capture.close_all_windows()
+
+
+def _stored_view(job: Job) -> JobView:
+    """An ended job's view: what its row keeps of its run (JobRegistry.exited)."""
+    return JobView(job, [], job.windows, _stored_steps(job.steps), job.policy_id)
 
 
 def _stored_steps(text: str) -> JobSteps | None:

@@ -111,6 +111,13 @@ def gpu_daemon(daemon_factory: Any) -> Daemon:
     return daemon_factory(config_text=CONFIG.format(port=free_port()))  # type: ignore[no-any-return]
 
 
+def stop(job: subprocess.Popen[Any]) -> None:
+    """A test's job, still running at its end: SIGTERM, as its launcher would, and wait."""
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+        job.wait(60)
+
+
 def keep_log(d: Daemon, name: str) -> None:
     """The daemon's log, and the windows it kept (capture.keep_windows), next to the test's output."""
     o = os.environ.get("GITMD_GPU_OUT")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from gitmd.analysis.hostbuffers import hot_pageable_buffers, to_pin
 from gitmd.capture import capture_file
 from gitmd.levers.base import Target
 from gitmd.levers.registry import make
-from tests.gpu.test_experiments import CONFIG, job_pid, keep_log, out
+from tests.gpu.test_experiments import CONFIG, job_pid, keep_log, out, stop
 from tests.integration.conftest import Daemon, command, free_port
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -103,9 +102,7 @@ def test_hot_buffers_are_pinned_and_unregistered_before_the_program_frees_them(
     finally:
         out("pin-host-buffer.json", record)
         keep_log(d, "gitmd-pin-host-buffer.log")
-        if job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-            job.wait(60)
+        stop(job)
 
 
 def _rings(d: Daemon, name: str) -> list[Path]:

@@ -6,7 +6,6 @@ experiment promotes it, and the job's result is the same as an untouched run's."
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_experiments import CONFIG, W, experiments, job_pid, keep_log, out
+from tests.gpu.test_experiments import CONFIG, W, experiments, job_pid, keep_log, out, stop
 from tests.integration.conftest import Daemon, command, free_port
 
 
@@ -73,6 +72,4 @@ def test_stream_priority_is_promoted_on_a_starved_stream(daemon_factory: Any) ->
         assert mine[-1] == ref[-1]  # the loss: unchanged by the priority
     finally:
         keep_log(d, "gitmd-stream-priority.log")
-        if job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-            job.wait(60)
+        stop(job)

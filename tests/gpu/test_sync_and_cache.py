@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from gitmd.levers.base import Target
 from gitmd.levers.registry import make
 from gitmd.levers.shim_knobs import AllocKeepCacheLive
-from tests.gpu.test_experiments import CONFIG, W, decided, job_pid, keep_log, out
+from tests.gpu.test_experiments import CONFIG, W, decided, job_pid, keep_log, out, stop
 from tests.gpu.test_pin_host_buffer import _rings
 from tests.gpu.test_tune import tune
 from tests.integration.conftest import Daemon, command, free_port
@@ -63,9 +62,7 @@ def test_a_blocking_sync_loop_gets_spin_unattended(daemon_factory: Any) -> None:
         record["explain"] = why.stdout or why.stderr
         out("sync-spin.json", record)
         keep_log(d, "gitmd-sync-spin.log")
-        if job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-            job.wait(60)
+        stop(job)
 
 
 @pytest.mark.timeout(300)
@@ -103,9 +100,7 @@ def test_a_job_emptying_the_cache_every_step_keeps_it_live(daemon_factory: Any) 
     finally:
         out("keep-cache-live.json", record)
         keep_log(d, "gitmd-keep-cache-live.log")
-        if job.poll() is None:
-            job.send_signal(signal.SIGTERM)
-            job.wait(60)
+        stop(job)
 
 
 @pytest.mark.timeout(300)
