@@ -48,16 +48,42 @@ PROGRAMS = {
     ],
     "launch": lambda steps, threads: [str(W / "launch_bound.py"), "--steps", str(steps)],
     "cupy": lambda steps, threads: [str(W / "cupy_fft.py"), "--n", "4096", "--steps", str(steps)],
+    # a third-party program (bench/corpus, materialised): timm's training benchmark, whose backward
+    # runs on the autograd engine's own thread
+    "timm-train": lambda steps, threads: [
+        "benchmark.py",
+        "--bench",
+        "train",
+        "--model",
+        "resnet18",
+        "--batch-size",
+        "64",
+        "--use-train-size",
+        "--num-warm-iter",
+        "20",
+        "--num-bench-iter",
+        str(steps),
+        "--precision",
+        "float32",
+        "--no-retry",
+    ],
 }
+CWD = {"timm-train": ROOT / "bench" / "corpus" / "src" / "huggingface+pytorch-image-models"}
 ALL = sum(KIND_BITS[k] for k in CAPTURE_KINDS)
-# mode -> (detach, guard preloaded, window kinds, first window only after --settle-s)
+# mode -> (GITM_SHIM_DETACH, guard preloaded, window kinds, first window only after --settle-s)
+# "detach*": the shim's old cycle (cuptiFinalize after each quiet window, attached again at the next;
+# GITM_SHIM_DETACH=every, kept for this comparison); "once": capture.detach_cupti — windows close
+# disable-only and, --detach-after-s into the run, the harness ends the process's observation as
+# gitmd does (GITM_KNOB_DETACH): one detach, every later window refused; "disable": never detached,
+# the default since 2026-12-03.
 MODES = {
-    "detach": ("1", True, ALL, False),
+    "detach": ("every", True, ALL, False),
+    "once": ("1", True, ALL, False),
     "disable": ("0", True, ALL, False),
-    "detach-noguard": ("1", False, ALL, False),
-    "detach-kernel": ("1", True, KIND_BITS["kernel"], False),
+    "detach-noguard": ("every", False, ALL, False),
+    "detach-kernel": ("every", True, KIND_BITS["kernel"], False),
     "disable-kernel": ("0", True, KIND_BITS["kernel"], False),
-    "detach-settled": ("1", True, ALL, True),
+    "detach-settled": ("every", True, ALL, True),
 }
 
 
@@ -75,6 +101,8 @@ def one_run(
     gdb: bool = False,
     settle_s: float = 0.0,
     preload: str = "",
+    cwd: Path | None = None,
+    detach_after_s: float = 12.0,
 ) -> dict[str, object]:
     detach, guard, mask, settles = MODES[mode]
     d = Path(tempfile.mkdtemp(dir=tmp))
@@ -99,7 +127,9 @@ def one_run(
             "-ex=handle SIGPIPE nostop noprint", "-ex=run", "-ex=thread apply all bt 25", "--args", *argv,
         ]  # fmt: skip
         env = {k: v for k, v in env.items() if k not in moved}
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    detach_op = 0
+    detach_answers: list[list[int]] = []
     rings: dict[Path, Ring] = {}
     windows = acked = 0
     seq_by_ring: dict[Path, int] = {}
@@ -114,6 +144,14 @@ def one_run(
                 except RingError:
                     pass
         now = time.monotonic()
+        if mode == "once" and not is_open and rings and now - t0 >= detach_after_s and not detach_answers:
+            for r in rings.values():  # the end of the process's observation, as gitmd ends it
+                detach_op = detach_op or r.abi.const("GITM_KNOB_DETACH")
+                try:
+                    rc, out_ = r.knob(detach_op, (), 2.0)
+                    detach_answers.append([rc, *out_[:2]])
+                except TimeoutError:
+                    detach_answers.append([-1])
         if rings and now >= next_at:
             if is_open:
                 for path, r in rings.items():
@@ -146,6 +184,7 @@ def one_run(
         r.close()
     return {
         "mode": mode,
+        "detach_knob": detach_answers,
         "exit": p.returncode,
         "seconds": round(time.monotonic() - t0, 1),
         "windows": windows,
@@ -170,6 +209,7 @@ def main() -> int:
     ap.add_argument("--settle-s", type=float, default=8.0, help="the *-settled modes' first window")
     ap.add_argument("--backtrace", action="store_true", help="a crash prints its native stack")
     ap.add_argument("--gdb", action="store_true", help="under gdb: a crash prints each thread's stack")
+    ap.add_argument("--detach-after-s", type=float, default=12.0, help="mode once: when observation ends")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
@@ -178,13 +218,14 @@ def main() -> int:
     if not SHIM.exists() or not GUARD.exists():
         ap.error("the shim is not built: make -C shim")
     argv = [sys.executable, *PROGRAMS[a.program](a.steps, a.threads)]
+    cwd = CWD.get(a.program)
     preload = ""
     if a.backtrace:
         so = Path(tempfile.mkdtemp()) / "crash_backtrace.so"
         src = ROOT / "bench" / "crash_backtrace.c"
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
         preload = str(so)
-    plain = subprocess.run(argv, capture_output=True, text=True, check=False)
+    plain = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd)
     want = result(plain.stdout)
     print(f"plain: exit {plain.returncode} {want}", flush=True)
     rows: list[dict[str, object]] = []
@@ -194,7 +235,9 @@ def main() -> int:
             for m in modes:
                 if a.budget_s and time.monotonic() - t_start > a.budget_s:
                     break
-                row = one_run(m, argv, a.open_s, a.every_s, Path(tmp), a.gdb, a.settle_s, preload)
+                row = one_run(
+                    m, argv, a.open_s, a.every_s, Path(tmp), a.gdb, a.settle_s, preload, cwd, a.detach_after_s
+                )
                 row["same_output"] = row["result"] == want
                 rows.append(row)
                 print(

@@ -65,10 +65,6 @@ class CaptureConfig:
     # a job's first duty window: this long (at most window_duration_s), since its launch rate, and
     # so what a full window costs it, is unknown until a window has seen it; 0: as long as the others
     first_window_s: float = 0.25
-    # until a window has found the job's step (start-up; a launch trial's run not yet measured), its
-    # windows come this often, budget permitting, not a full period apart: a run shorter than the
-    # period would otherwise end unmeasured; 0: as often as the others
-    startup_every_s: float = 5.0
     # a recurring job whose earlier runs lasted at least twice this long gets its first duty window
     # once its processes are this old: until then the shim cannot detach CUPTI after a window
     # (shim/src/detach_rule.h: detaching during start-up crashed jobs inside CUPTI), so a start-up
@@ -78,6 +74,21 @@ class CaptureConfig:
     # launch trials' runs and jobs with a live policy whose lever needs a window keep the early
     # window; 0: no wait
     settle_s: float = 10.0
+    # a process is observed in one stretch: once this many windows of its job are analysed, it is
+    # settled and nothing gitmd runs on it needs another (an experiment, a live lever that acts
+    # through a window), its shim detaches CUPTI (once: attaching CUPTI again after a detach crashed
+    # jobs) and it gets no more windows. Its windows come a second apart meanwhile, as do a job's
+    # start-up windows (until one finds its step): between them CUPTI stays attached with its
+    # activity off (~40% per launch on a launch-bound loop)
+    session_windows: int = 3
+    # let the shim detach CUPTI (cuptiFinalize, once) when a process's observation ends, so a
+    # launch-bound job pays nothing after it. Off: on the H200 (CUDA 13.0) the finalize raced with
+    # another thread's kernel launch inside CUPTI and killed a third-party training job (timm's
+    # benchmark, SIGSEGV in the autograd thread's cuLaunchKernel, 2 of 3 runs; jobs where CUDA is
+    # called from one thread never crashed). Off, CUPTI stays attached with its activity disabled
+    # after a process's first window: ~+40% per launch on a launch-bound loop, ~+0.4% on a
+    # GPU-bound training step (bench/results/2026-12-02-shim-h200.md)
+    detach_cupti: bool = False
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
@@ -371,8 +382,9 @@ _SCHEMA: dict[str, dict[str, Checker]] = {
         "window_every_s": _nonneg_float,
         "window_duration_s": _positive_float,
         "first_window_s": _nonneg_float,
-        "startup_every_s": _nonneg_float,
         "settle_s": _nonneg_float,
+        "session_windows": _int_range(1, 1000),
+        "detach_cupti": _bool,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),
         "context_interval_ms": _int_range(5, 10_000),

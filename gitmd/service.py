@@ -28,13 +28,13 @@ from gitmd.analysis.fingerprint import signature
 from gitmd.analysis.hostbuffers import HotBuffer, hot_pageable_buffers, to_pin
 from gitmd.analysis.model import History
 from gitmd.analysis.report import WindowReport, add_to_history, window_report
-from gitmd.analysis.steps import JobSteps, StepStats, job_steps, step_timing, time_per_step_ms
+from gitmd.analysis.steps import JobSteps, StepStats, job_steps, step_timing
 from gitmd.analysis.trace_export import dumps, to_chrome_trace
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture import capture_file, duty
 from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.capture.ring import RingStatus
-from gitmd.capture.windows import KIND_BITS, CaptureManager, JobCapture, ProcessWindow, WindowResult
+from gitmd.capture.windows import CaptureManager, JobCapture, ProcessWindow, WindowResult
 from gitmd.config import Config
 from gitmd.errors import GitmdError, InvalidArgumentError, NotFoundError
 from gitmd.events import Hub, Watch
@@ -52,6 +52,7 @@ from gitmd.experiments.runs import MAX_SPOILED, LaunchTrials, decide_trial
 from gitmd.experiments.tune import TunedLever, tune_lever
 from gitmd.jobs.discovery import UntrackedProcess, untracked
 from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch_key import launch_key
 from gitmd.jobs.registry import Job, JobRegistry, Registration
 from gitmd.levers.base import Lever, LeverError, Risk, Target
 from gitmd.levers.host import CpuLoad, gpu_local_cpus, quiet_cpus
@@ -61,6 +62,7 @@ from gitmd.levers.registry import make as make_lever
 from gitmd.levers.shim_knobs import AllocKeepCacheLive, SyncSpin
 from gitmd.store.audit import Audit
 from gitmd.store.audit import row as audit_row
+from gitmd.store.crashes import SuspectCrashes, crash_signal, signal_name
 from gitmd.store.library import LIVE_POLICY_LEVERS, Library, Policy, Workload
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
@@ -160,6 +162,7 @@ class Service:
         self._fingerprinted: set[str] = set()
         self._policies: dict[str, int] = {}  # job id -> the policy it was launched with
         self.trials = LaunchTrials(jobs.store)
+        self.crashes = SuspectCrashes(jobs.store)
         self._trial_runs: dict[str, int] = {}  # job id -> the launch trial it is a run of
         self._live_pending: dict[str, list[Any]] = {}  # job id -> [policy id, live levers left, windows]
         self._live_lock = threading.Lock()  # applying a live policy: from the duty tick and its windows
@@ -169,7 +172,6 @@ class Service:
         # workload id -> the causes of its latest window, whichever run it was in: a run too short
         # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
         self._workload_causes: dict[str, set[str]] = {}
-        self._run_steps: dict[str, list[float]] = {}  # job id -> time per step of each window (ms)
         self._steady: set[str] = set()  # jobs a window has found the step of
         self._settling: set[str] = set()  # known-long jobs whose first window waits (capture.settle_s)
         self._all_dead_since: dict[str, int] = {}
@@ -243,6 +245,13 @@ class Service:
         capture = reg.capture
         want_capture = capture and self.capture is not None
         found: dict[str, Workload] = {}
+        suspect = None
+        if want_capture:
+            key = reg.launch_key or launch_key(list(reg.command), reg.cwd)
+            w0 = self.library.by_launch_key(key)
+            suspect = self.crashes.find(w0.id if w0 else "", key)
+            if suspect is not None:
+                want_capture = False  # run plainly until one run ends clean (gitmd/store/crashes.py)
 
         def resolve(key: str) -> str:
             w = self.library.by_launch_key(key)
@@ -292,6 +301,15 @@ class Service:
         if capture and self.capture is None:
             plan = LaunchPlan(
                 plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False
+            )
+        if suspect is not None:
+            plan = dataclasses.replace(
+                plan,
+                warnings=(
+                    *plan.warnings,
+                    f"runs without gitmd's capture: run {suspect.job_id} of this program crashed under it "
+                    f"({suspect.reason}); capture resumes once a run ends cleanly without it",
+                ),
             )
         if plan.capture and self.capture is not None:
             self.capture.track(job.id, Path(job.runtime_dir))
@@ -372,22 +390,30 @@ class Service:
         log.info("job %s (%s): %s", job.id, job.name, note)
         return dataclasses.replace(plan, env=env, trial=note)
 
-    def _trial_run_ended(self, job_id: str, exit_code: int | None, metrics: dict[str, list[float]]) -> None:
+    def _trial_run_ended(
+        self,
+        job_id: str,
+        exit_code: int | None,
+        metrics: dict[str, list[float]],
+        run_s: float | None,
+        crash: str,
+    ) -> None:
         tid = self._trial_runs.pop(job_id, None)
-        step_ms = self._run_steps.pop(job_id, [])
         if tid is None:
             return
-        t = self.trials.finish_run(job_id, tid, step_ms, exit_code, metrics)
+        t = self.trials.finish_run(job_id, tid, run_s, exit_code, metrics, crashed=crash)
         if t is None:
             return
         cfg = self.config.experiments
         job = self.jobs.get(job_id)
         if t.spoiled() >= MAX_SPOILED:
-            why = f"{t.spoiled()} runs showed no steps (too short for a capture window?)"
+            why = f"{t.spoiled()} runs have no length by their own clock or crashed"
             self.trials.end(t, "abandoned", {"promote": False, "reason": why})
             log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
             return
-        d = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup)
+        in_trial = {r["job_id"] for r in t.runs}
+        earlier = self.jobs.plain_runs_s(job.launch_key, exclude=in_trial)
+        d = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
         if d is None:
             return
         lever = t.lever_obj()
@@ -398,7 +424,7 @@ class Service:
             {
                 "arm": r["arm"],
                 "window_id": 0,
-                "step_ms": r.get("step_ms"),
+                "run_s": r.get("run_s"),
                 "at_ns": now,
                 "job_id": r["job_id"],
             }
@@ -430,6 +456,8 @@ class Service:
                         {self.jobs.get(r["job_id"]).scheduler_job_id for r in t.runs} - {""}
                     ),
                     "reason": d.reason,
+                    "metric": "run_s: the run's own clock, CUDA initialisation to exit",
+                    "predicted_max": t.bound if t.bound != float("inf") else None,
                     "scope_uid": job.uid if reported else None,
                 },
                 gpu_model=self._gpus[0].name if self._gpus else "",
@@ -598,7 +626,7 @@ class Service:
                     continue  # tried within the run: its outcome stands for the launch form too
                 if lever.risk is Risk.NUMERICS and not reported:
                     continue  # its numbers could not be compared across runs (payloads come per window)
-                t = self.trials.plan(job.workload_id, lever, cause.name)
+                t = self.trials.plan(job.workload_id, lever, cause.name, cause.share)
                 if t is not None:
                     log.info(
                         "workload %s: %s costs %.0f%% of run %s; its next launches try %s (launch trial %d)",
@@ -655,17 +683,75 @@ class Service:
                 tracked |= {status.pid for status, _ in self.capture.processes(job_id)}
         return untracked(self.sampler.latest(), tracked, os.getpid())
 
+    def _run_s(self, job_id: str) -> float | None:
+        """The run's length by its own clock: from its first process's CUDA initialisation (its ring's
+        creation) to its last process's exit (now, when one is still alive or its exit was not
+        seen). None: no process of it initialised CUDA under the shim."""
+        if self.capture is None:
+            return None
+        span = self.capture.lifetime_ns(job_id)
+        return None if span is None else (span[1] - span[0]) / 1e9
+
+    def _crash(self, job_id: str, exit_code: int | None) -> str:
+        """ "may be gitmd's: ..." when the run died by a signal (crashes.crash_signal) while gitmd had
+        something in force on it; "" otherwise. Marks its workload: its next runs go plainly."""
+        sig = crash_signal(exit_code)
+        if not sig:
+            return ""
+        job = self.jobs.get(job_id)
+        in_force = []
+        if job.capture:
+            in_force.append("the shim and free guard loaded")
+            n = self._windows(job_id)
+            if n:
+                in_force.append(f"{n} capture window(s)")
+            detached = (
+                sum(1 for st, _ in self.capture.processes(job_id) if st.detaches) if self.capture else 0
+            )
+            if detached:
+                in_force.append(f"CUPTI detached in {detached} process(es)")
+        if job_id in self._trial_runs:
+            in_force.append(f"a run of launch trial {self._trial_runs[job_id]}")
+        if self._policies.get(job_id):
+            in_force.append(f"policy {self._policies[job_id]}")
+        live = [
+            iv.lever
+            for iv in self.interventions.list(job_id)
+            if iv.state in ("applying", "applied", "promoted")
+        ]
+        if live:
+            in_force.append("live change(s) " + ", ".join(sorted(set(live))))
+        if not in_force:
+            return ""
+        why = f"may be gitmd's: died of {signal_name(sig)} with " + "; ".join(in_force)
+        self.crashes.mark(job.workload_id, job.launch_key, job_id, why)
+        log.warning(
+            "job %s (%s) %s; its program's next runs go without gitmd's capture until one ends cleanly",
+            job_id, job.name, why,
+        )  # fmt: skip
+        return why
+
     def report_exit(
         self, job_id: str, exit_code: int, metrics: dict[str, list[float]] | None = None
     ) -> JobView:
         self._end_experiments(job_id, "the job exited")
+        run_s = self._run_s(job_id)
+        crash = self._crash(job_id, exit_code)
         try:
-            self._trial_run_ended(job_id, exit_code, metrics or {})
+            self._trial_run_ended(job_id, exit_code, metrics or {}, run_s, crash)
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self._untrack(job_id)
         self._forget(job_id)
-        view = self._ended(self.jobs.exited(job_id, exit_code, **self._outcome(job_id)))
+        out = self._outcome(job_id)
+        view = self._ended(self.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, **out))
+        job = view.job
+        if exit_code == 0 and not job.capture and self.crashes.clear(job.workload_id, job.launch_key):
+            log.info(
+                "job %s (%s) ran clean without gitmd's capture: capture resumes for its program",
+                job.id,
+                job.name,
+            )
         self._publish("exited", view)
         return view
 
@@ -753,6 +839,10 @@ class Service:
                 continue
             if self._window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
                 self._duty_pool.submit(functools.partial(self._apply_live_policy, window_free=True), job_id)
+            if job_id in self._trial_runs:
+                continue  # measured by its own clock: CUPTI never attached to either arm
+            if not self.capture.observable(job_id):
+                continue  # every live process's observation has ended (its CUPTI detached)
             if jc.windows == 0 and self._unsettled(job_id, procs):
                 continue  # a known-long job: no window while its shim cannot detach CUPTI
             self._duty_pool.submit(self._duty_window, job_id)
@@ -789,25 +879,13 @@ class Service:
         jc = self.capture.get(job_id)
         if jc is None:
             return
-        unmeasured = job_id in self._trial_runs and not self._run_steps.get(job_id)
-        if c.startup_every_s > 0 and jc.windows < duty.STARTUP_WINDOWS:
-            if unmeasured:
-                # a launch trial's run exists to be measured, and a spoiled one costs the workload a
-                # whole run (fp32_mlp, 2026-12-03: 12 runs for 3 pairs): windows back to back until
-                # one has its step time (its start-up windows see few launches, so cost little)
-                period = min(period, duty.TICK_S)
-            elif job_id not in self._steady:
-                # start-up: the next window comes soon, within the budget, rather than a period
-                # later — the run may end before then
-                soon = duty.next_period(
-                    kernels,
-                    window_s,
-                    c.startup_every_s,
-                    c.overhead_budget,
-                    c.launch_cost_us,
-                    c.window_duration_s,
-                )
-                period = min(period, soon)
+        if not self._settled(job_id) or jc.windows < c.session_windows:
+            # start-up, or the process's observation under way: the next window comes a tick later.
+            # Once a window has opened, CUPTI stays attached to the process (its activity off) until
+            # its observation ends, and costs a launch-bound job between windows nearly what an open
+            # window does (~4 against ~6 us a launch, H200): spacing the windows out only makes that
+            # last longer. Each window stays capped by the budget (window_records).
+            period = duty.TICK_S
         if period > c.window_every_s and abs(period - jc.period_s) > 0.1 * period:
             log.info(
                 "job %s: %.0f kernel launches/s; a window every %.0f s keeps capture within %.1f%%",
@@ -823,36 +901,37 @@ class Service:
             busy = job_id in self._exp_running  # its experiment opens the windows it needs
         if busy:
             return
+        if self._end_observation_if_done(job_id):
+            return
         if probe and period <= c.window_every_s:  # a full window fits the budget: now, not a period later
             self._duty_pool.submit(self._duty_window, job_id)
-        elif period > 2 * duty.TICK_S and self._releasable(w):
-            self._duty_pool.submit(self._release_window, job_id)
 
-    @staticmethod
-    def _releasable(w: WindowResult) -> bool:
-        """The window was the first of a settled process that saw kernels: its shim closed it without
-        detaching CUPTI (duty.needs_release) and no window follows soon."""
-        now = time.time_ns()
-        return any(
-            len(p.records.kernels) > 0
-            and p.status.created_real_ns > 0
-            and duty.needs_release(p.status.windows_opened, (now - p.status.created_real_ns) / 1e9)
-            for p in w.processes
-        )
-
-    def _release_window(self, job_id: str) -> None:
-        """A window of duty.RELEASE_WINDOW_S, kernel activity only, not analysed: quiet, so the shim
-        detaches CUPTI at its close rather than after the owed-detach delay."""
-        assert self.capture is not None
+    def _observation_done(self, job_id: str) -> bool:
+        """gitmd has seen enough of the job's processes: capture.session_windows windows analysed,
+        past start-up, no experiment on it, and no live lever left that acts through a window."""
+        jc = self.capture.get(job_id) if self.capture is not None else None
+        if jc is None or jc.windows < self.config.capture.session_windows or not self._settled(job_id):
+            return False
         with self._exp_lock:
             if job_id in self._exp_running:
-                return
-        try:
-            self.capture.capture(job_id, duty.RELEASE_WINDOW_S, kinds_mask=KIND_BITS["kernel"], keep=False)
-        except KeyError:
-            return  # the job exited meanwhile
-        except Exception:
-            log.exception("release window of job %s failed", job_id)
+                return False
+        pending = self._live_pending.get(job_id)
+        return not (pending and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in pending[1]))
+
+    def _end_observation_if_done(self, job_id: str) -> bool:
+        """When the job's observation is done, its processes' shims detach CUPTI — once: attaching
+        it again after a detach crashed jobs — and they get no window again. True: it ended."""
+        if self.capture is None or not self._observation_done(job_id):
+            return False
+        answers = self.capture.end_observation(job_id)
+        if answers:
+            log.info(
+                "job %s: observation ended after %d windows; CUPTI detached once, no more windows (%s)",
+                job_id,
+                self._windows(job_id),
+                ", ".join(f"pid {p}: {a}" for p, a in sorted(answers.items())),
+            )
+        return True
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         """End jobs whose launcher never reported: every process gone for REAP_AFTER_S, or never
@@ -876,7 +955,7 @@ class Service:
             else:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
             self._end_experiments(job.id, "the job was lost")
-            self._trial_run_ended(job.id, None, {})
+            self._trial_run_ended(job.id, None, {}, None, "")
             if self.capture is not None:
                 self._untrack(job.id)
                 self._forget(job.id)
@@ -917,7 +996,6 @@ class Service:
         self._windows_done.pop(job.id, None)
         self._policies.pop(job.id, None)
         self._steps.pop(job.id, None)
-        self._run_steps.pop(job.id, None)
         self._fingerprinted.discard(job.id)
         self._all_dead_since.pop(job.id, None)
         self._exp_tried.difference_update([t for t in list(self._exp_tried) if t[0] == job.id])
@@ -966,10 +1044,6 @@ class Service:
             found = steps.stats.found and steps.stats.steps > 0
             if found:
                 self._steady.add(window.job_id)
-            if found and window.job_id in self._trial_runs:  # a launch trial's run: its metric
-                per_step = time_per_step_ms(window, steps)
-                if per_step is not None:
-                    self._run_steps.setdefault(window.job_id, []).append(per_step)
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
             # A job identified already is not fingerprinted again while gitmd has changed it (an
@@ -1326,6 +1400,10 @@ class Service:
                 self._exp_cause.pop(job_id, None)
             job = self.jobs.get(job_id)
             self._publish("experiment", self._view(job))
+            try:
+                self._end_observation_if_done(job_id)
+            except Exception:
+                log.exception("ending the observation of job %s failed", job_id)
 
     def _store_live_policy(self, job_id: str, lever: Lever, experiment_id: int, d: Decision) -> None:
         """A promoted live lever becomes a policy of the job's workload (its intent, not its

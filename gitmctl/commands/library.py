@@ -37,8 +37,20 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     im.add_argument("file", type=Path, help="the document, or - for standard input")
 
 
+def _trial_run(r: Any) -> str:
+    if r.crashed:
+        return f"{r.arm}:crashed"
+    if r.HasField("run_s"):
+        return f"{r.arm}:{r.run_s:.1f}"
+    if r.HasField("step_ms"):  # a trial decided on capture windows, before the run's own clock
+        return f"{r.arm}:{r.step_ms:.2f}ms/step"
+    return f"{r.arm}:{'-' if r.done else '…'}"
+
+
 def _policy_row(p: Any, active: int) -> tuple[str, ...]:
     speed = f"{p.speedup:.3f}x" if p.HasField("speedup") else "-"
+    if json.loads(p.evidence_json or "{}").get("unconfirmed"):
+        speed += " (unconfirmed)"
     ci = f"[{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.HasField("ci_low") and p.HasField("ci_high") else "-"
     env = " ".join(f"{k}={v}" for k, v in sorted(p.env.items()))
     for item in json.loads(p.live_json or "[]"):
@@ -93,20 +105,26 @@ def run(args: argparse.Namespace, client: Client) -> int:
         if w.launch_trials:
             print()
             render.table(
-                ("TRIAL", "LEVER", "CAUSE", "STATE", "RUNS (arm: ms/step)", "DECISION"),
+                (
+                    "TRIAL",
+                    "LEVER",
+                    "CAUSE (share, most it allows)",
+                    "STATE",
+                    "RUNS (arm: s by its clock)",
+                    "DECISION",
+                ),
                 [
                     (
                         str(t.id),
                         t.lever,
-                        t.cause or "-",
+                        (t.cause or "-")
+                        + (
+                            f" ({100 * t.cause_share:.0f}%, ≤{t.predicted_max:.2f}x)"
+                            if t.HasField("predicted_max")
+                            else ""
+                        ),
                         t.state,
-                        " ".join(
-                            f"{r.arm}:{r.step_ms:.2f}"
-                            if r.HasField("step_ms")
-                            else f"{r.arm}:{'-' if r.done else '…'}"
-                            for r in t.runs
-                        )
-                        or "-",
+                        " ".join(_trial_run(r) for r in t.runs) or "-",
                         t.reason[:80] or "-",
                     )
                     for t in w.launch_trials

@@ -100,6 +100,8 @@ def job_to_pb(view: JobView) -> Any:
         scheduler_job_id=j.scheduler_job_id,
         user=j.user,
         background=j.background,
+        run_s=j.run_s or 0.0,
+        crash=j.crash,
     )
     for c in j.contract.checks:
         msg.contract.checks.add(
@@ -192,8 +194,14 @@ def trial_to_pb(t: LaunchTrial) -> Any:
         run = msg.runs.add(job_id=r["job_id"], arm=r["arm"], done=bool(r.get("done")))
         if r.get("step_ms") is not None:
             run.step_ms = float(r["step_ms"])
+        if r.get("run_s") is not None:
+            run.run_s = float(r["run_s"])
         if r.get("exit_code") is not None:
             run.exit_code = int(r["exit_code"])
+        run.crashed = str(r.get("crashed", ""))
+    msg.cause_share = t.cause_share
+    if t.bound != float("inf"):
+        msg.predicted_max = t.bound
     for field, key in (("speedup", "speedup"), ("ci_low", "low"), ("ci_high", "high")):
         if d.get(key) is not None:
             setattr(msg, field, float(d[key]))

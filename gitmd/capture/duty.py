@@ -5,10 +5,12 @@ bench/results/2026-12-02-shim-h200.md), so a job launching R kernels per second 
 R x cost slower during the window. Its amortised overhead is that fraction times window/period;
 the period is stretched until it fits the budget, never shortened below the configured one.
 
-Until a window has found the job's step (start-up), the period's floor is
-``capture.startup_every_s`` rather than the configured period; a launch trial's run gets its windows
-back to back until one has measured its step (a run spoiled costs the workload a whole run). Both
-for at most STARTUP_WINDOWS windows.
+Until a window has found the job's step (start-up), and until a process's observation has its
+``capture.session_windows`` windows, the next window comes a tick later (TICK_S), whatever the
+budget: once a window has opened, CUPTI stays attached to the process until its observation ends
+(it is detached once, never attached again), and costs a launch-bound job between windows nearly what
+an open window does, so spacing windows out would only make that last longer. Start-up lasts at
+most STARTUP_WINDOWS windows.
 
 Each duty window also closes early (not before windows.CAP_MIN_S, what its analysis needs) once its
 processes have written ``window_records`` records: what the budget allows over the period that
@@ -31,25 +33,6 @@ TICK_S = 1.0
 # At most this many windows of a job at the start-up pace: each opening re-attaches CUPTI, which is
 # not free on a large program, and a job can stay without a repeating step for long (loading data).
 STARTUP_WINDOWS = 6
-
-
-# The shim's start-up rule (shim/src/detach_rule.h; tests/unit/capture/test_duty.py checks they
-# agree): a window closes with a detach only once the process is this old and the window was quiet
-# (saw kernels, none new), or is at least SHIM_DETACH_ANYWAY_S old; otherwise the detach is owed and
-# made 5 s after the close, CUPTI attached until then (~40% on a launch-bound loop, H200).
-SHIM_DETACH_MIN_AGE_S = 10.0
-SHIM_DETACH_ANYWAY_S = 60.0
-# A process's first window always meets new kernel names, so it never closes quiet: when it was
-# opened on a settled process, a release window this short follows it at once (kernel activity
-# only, no analysis): the same kernels again, quiet, so the shim detaches at its close instead of
-# 5 s later.
-RELEASE_WINDOW_S = 0.1
-
-
-def needs_release(windows_opened: int, age_s: float) -> bool:
-    """After a window: whether a process with this many windows so far (its first one just closed)
-    and this age keeps CUPTI attached for the owed-detach delay unless released."""
-    return windows_opened == 1 and SHIM_DETACH_MIN_AGE_S <= age_s < SHIM_DETACH_ANYWAY_S
 
 
 MIN_WINDOW_RECORDS = 10_000  # a window capped lower could not show a step of a launch-heavy job

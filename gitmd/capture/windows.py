@@ -1,8 +1,9 @@
 """Capture windows: discover each job's rings, open a window on all of them, close it, drain.
 
 One window per job at a time (a per-job lock). Between windows CUPTI activity is off in every
-shim, so cost is near zero; the duty cycle (APScheduler) opens one short window per running job
-every ``window_every_s``, and ``gitmctl trace`` opens one on demand.
+shim. A process is observed in one stretch: once gitmd has seen enough of it, ``end_observation``
+asks its shim to detach CUPTI (once, never attached again: re-attaching after a detach crashed
+jobs), and it gets no windows after that; a process that never had a window costs nothing.
 """
 
 from __future__ import annotations
@@ -53,12 +54,20 @@ class ProcessCapture:
     ring: Ring
     names: NameTable = field(default_factory=NameTable)
     exited: bool | None = None  # set by the pidfd watcher; None: not watched, ask /proc
+    observed: bool = False  # its observation ended (GITM_KNOB_DETACH sent): no more windows
+    exited_real_ns: int = 0  # when the pidfd watcher saw it exit (0: not seen)
 
     @property
     def alive(self) -> bool:
         if self.exited is not None:
             return not self.exited
         return process_alive(self.ring.pid, self.ring.start_time_ticks)
+
+    @property
+    def observable(self) -> bool:
+        """Alive and its shim may still open a window: its observation has not ended (by gitmd, or
+        by a detach its ring counts, e.g. a shim of the older detach-at-every-window kind)."""
+        return self.alive and not self.observed and self.ring.status().detaches == 0
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,40 @@ class CaptureManager:
                 jc.bad.add(name)
                 log.warning("capture: ignoring %s", e)
 
+    def observable(self, job_id: str) -> bool:
+        """A live process of the job may still be given a window."""
+        jc = self.get(job_id)
+        if jc is None:
+            return False
+        with jc.lock:
+            self.discover(jc)
+            return any(pc.observable for pc in jc.procs.values())
+
+    def end_observation(self, job_id: str, timeout_s: float = 2.0) -> dict[int, str]:
+        """Every live process of the job that has had a window is told its observation is over
+        (GITM_KNOB_DETACH): its shim detaches CUPTI once and is given no window again. A process
+        that never had a window is left alone (it pays nothing). pid -> what its shim answered."""
+        jc = self.get(job_id)
+        if jc is None:
+            return {}
+        out: dict[int, str] = {}
+        with jc.lock:
+            for pc in jc.procs.values():
+                if pc.observed or not pc.alive or pc.ring.status().windows_opened == 0:
+                    continue
+                pc.observed = True  # whatever the answer: no window after this
+                try:
+                    rc, res = pc.ring.knob(self.abi.const("GITM_KNOB_DETACH"), (), timeout_s)
+                except (TimeoutError, KeyError, OSError) as e:
+                    out[pc.ring.pid] = f"not acknowledged: {e}"
+                    continue
+                out[pc.ring.pid] = (
+                    f"error {rc}"
+                    if rc
+                    else {0: "stays attached", 1: "detached", 2: "detach owed"}.get(res[0], "?")
+                )
+        return out
+
     def processes(self, job_id: str) -> list[tuple[RingStatus, bool]]:
         jc = self.get(job_id)
         if jc is None:
@@ -175,6 +218,24 @@ class CaptureManager:
         with jc.lock:
             self.discover(jc)
             return [(pc.ring.status(), pc.alive) for pc in jc.procs.values()]
+
+    def lifetime_ns(self, job_id: str) -> tuple[int, int] | None:
+        """(first CUDA initialisation, last exit) of the job's processes, CLOCK_REALTIME: from the
+        rings' creation and the watcher's exit times (now for a process still alive or not watched).
+        None: no ring."""
+        jc = self.get(job_id)
+        if jc is None:
+            return None
+        with jc.lock:
+            self.discover(jc)
+            procs = list(jc.procs.values())
+        born = [pc.ring.status().created_real_ns for pc in procs]
+        born = [b for b in born if b > 0]
+        if not born:
+            return None
+        now = time.time_ns()
+        ends = [pc.exited_real_ns if pc.exited and pc.exited_real_ns else now for pc in procs]
+        return min(born), max(ends)
 
     def ring_paths(self, job_id: str) -> dict[int, str]:
         """pid -> ring file of the job's live processes (for the live shim levers' knobs)."""
@@ -211,7 +272,7 @@ class CaptureManager:
             notes: list[str] = []
             for pc in jc.procs.values():
                 pc.ring.discard()  # anything left from before is not this window's
-            live = {n: pc for n, pc in jc.procs.items() if pc.alive}
+            live = {n: pc for n, pc in jc.procs.items() if pc.observable}
             start_real = time.time_ns()
             seqs = {n: pc.ring.open_window(window_id, mask, self.flush_interval_ms) for n, pc in live.items()}
             self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
@@ -228,7 +289,7 @@ class CaptureManager:
                         pc.ring.heartbeat()
                     self.discover(jc)  # processes started during the window join it
                     for n, pc in jc.procs.items():
-                        if n not in live and pc.alive:
+                        if n not in live and pc.observable:
                             live[n] = pc
                             base[n] = pc.ring.status().records_written
                             seqs[n] = pc.ring.open_window(window_id, mask, self.flush_interval_ms)
@@ -296,6 +357,7 @@ class CaptureManager:
 
 
 def _ended(pc: ProcessCapture, _pid: int) -> None:
+    pc.exited_real_ns = time.time_ns()
     pc.exited = True
 
 

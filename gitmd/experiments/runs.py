@@ -3,25 +3,37 @@
 When gitmd's attribution of a run finds a cause that a launch lever addresses, it plans a trial
 for the run's workload. Every later registration of that workload (while the trial runs) gets an
 arm in its launch plan: pairs of runs alternate their order (AB, BA, ...), B with the lever's
-environment. A run's metric is its time per step from gitmd's own capture windows (the median over
-its windows); its outputs for the contract are its exit status and the stdout metric values its
+environment. A run's metric is its length by its own clock, the same milestones in both arms: from
+its first process's CUDA initialisation to its last process's exit — what a user timing the job
+sees. Trial runs get no capture window, so CUPTI never attaches to either arm: windows at other
+moments of a run, or with CUPTI attached at other costs, measured other things (a 3.0x promoted on
+windows where the program's own batches showed ~1.0x, H200 2026-12-03). A job that does fixed work
+gets faster runs; one that runs for a fixed time shows no gain, so nothing is promoted — never a
+false gain. Its outputs for the contract are its exit status and the stdout metric values its
 launcher reported at exit. Once ``rounds`` pairs are complete the trial is decided like any
 experiment (paired bootstrap; the contract must hold in every pair); a promoted lever becomes a
 validated policy of the workload, so the next launch gets it at once with no experiment.
 
-Runs that show no steps (too short for a window, or failed early) spoil their pair; after
-``MAX_SPOILED`` such runs the trial is abandoned.
+A speedup larger than its cause allows is a measurement error, not a win: attribution said what
+share of the run the cause cost, so removing it all gives at most 1 / (1 - share); a trial whose
+whole interval lies above that bound is reverted as implausible, and an early stop needs the gain
+within it.
+
+Runs with no length (no CUDA, failed early) and runs that died by a signal (a crash is never
+evidence: it may be gitmd's) spoil their pair; after ``MAX_SPOILED`` such runs the trial is
+abandoned.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitmd.experiments.decide import Decision, decide, early_stop
+from gitmd.experiments.decide import Decision, Interval, decide
 from gitmd.experiments.equivalence import Contract, Outputs, Verdict, evaluate
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -41,6 +53,12 @@ class LaunchTrial:
     state: str
     runs: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] = field(default_factory=dict)
+    cause_share: float = 0.0  # of the run, as attribution measured it when the trial was planned
+
+    @property
+    def bound(self) -> float:
+        """The largest speedup removing the cause could give (inf: no share was measured)."""
+        return 1.0 / (1.0 - self.cause_share) if 0 < self.cause_share < 1 else math.inf
 
     def lever_obj(self) -> EnvLever:
         lv = make(self.lever, **self.setting)
@@ -53,16 +71,20 @@ class LaunchTrial:
         return first if n % 2 == 0 else second
 
     def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Complete (A, B) pairs, in run order: both runs ended with a step time."""
+        """Complete (A, B) pairs, in run order: both runs ended with a length and neither crashed."""
         out = []
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            if all(r.get("done") and r.get("step_ms") for r in (x, y)):
+            if all(_measured(r) for r in (x, y)):
                 out.append((x, y) if x["arm"] == "A" else (y, x))
         return out
 
     def spoiled(self) -> int:
-        return sum(1 for r in self.runs if r.get("done") and not r.get("step_ms"))
+        return sum(1 for r in self.runs if r.get("done") and not _measured(r))
+
+
+def _measured(run: dict[str, Any]) -> bool:
+    return bool(run.get("done") and run.get("run_s") and not run.get("crashed"))
 
 
 def _trial(r: dict[str, Any]) -> LaunchTrial:
@@ -75,6 +97,7 @@ def _trial(r: dict[str, Any]) -> LaunchTrial:
         r["state"],
         json.loads(r["runs"]),
         json.loads(r["decision"]),
+        float(r.get("cause_share") or 0.0),
     )
 
 
@@ -97,7 +120,9 @@ class LaunchTrials:
     def running(self, workload_id: str) -> LaunchTrial | None:
         return next((t for t in self.of_workload(workload_id) if t.state == "running"), None)
 
-    def plan(self, workload_id: str, lever: EnvLever, cause: str) -> LaunchTrial | None:
+    def plan(
+        self, workload_id: str, lever: EnvLever, cause: str, cause_share: float = 0.0
+    ) -> LaunchTrial | None:
         """A new trial, unless one runs for the workload or this lever was tried on it already."""
         now = time.time_ns()
         with self.store.transaction() as db:
@@ -110,9 +135,9 @@ class LaunchTrials:
             if rows:
                 return None
             cur = db.conn.execute(
-                "INSERT INTO launch_trials (workload_id, lever, setting, cause, state, created_ns, "
-                "updated_ns) VALUES (?, ?, ?, ?, 'running', ?, ?)",
-                (workload_id, lever.name, json.dumps(lever.setting), cause, now, now),
+                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, state, "
+                "created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (workload_id, lever.name, json.dumps(lever.setting), cause, cause_share, now, now),
             )
             return self._get(db, int(cur.lastrowid or 0))
 
@@ -139,11 +164,14 @@ class LaunchTrials:
         self,
         job_id: str,
         trial_id: int,
-        step_ms: list[float],
+        run_s: float | None,
         exit_code: int | None,
         metrics: dict[str, list[float]],
+        crashed: str = "",
     ) -> LaunchTrial | None:
-        """Record a run's end; the trial as it is now (None: not found or no longer running)."""
+        """Record a run's end: its length by its own clock (None: unknown), its outputs, and
+        ``crashed`` (why it is no evidence) when it died by a signal. The trial as it is now (None:
+        not found or no longer running)."""
         with self.store.transaction() as db:
             rows = list(db.query("SELECT * FROM launch_trials WHERE id = ?", [trial_id]))
             if not rows:
@@ -155,12 +183,12 @@ class LaunchTrials:
                 if r["job_id"] == job_id:
                     r.update(
                         done=True,
-                        step_ms=statistics.median(step_ms) if step_ms else None,
-                        windows=len(step_ms),
-                        window_ms=[round(x, 6) for x in step_ms],
+                        run_s=round(run_s, 6) if run_s else None,
                         exit_code=exit_code,
                         metrics=metrics,
                     )
+                    if crashed:
+                        r["crashed"] = crashed
             db.conn.execute(
                 "UPDATE launch_trials SET runs = ?, updated_ns = ? WHERE id = ?",
                 (json.dumps(t.runs), time.time_ns(), t.id),
@@ -176,7 +204,7 @@ class LaunchTrials:
                 t = _trial(r)
                 open_runs = [x for x in t.runs if not x.get("done")]
                 for x in open_runs:
-                    x.update(done=True, step_ms=None, note=why)
+                    x.update(done=True, run_s=None, note=why)
                 if open_runs:
                     n += len(open_runs)
                     db.conn.execute(
@@ -194,33 +222,77 @@ class LaunchTrials:
             )
 
 
+# An early stop needs every pair's gain beyond this many times the workload's run-to-run spread.
+NOISE_MARGIN = 3.0
+
+
+def run_noise(plain_runs_s: list[float]) -> float | None:
+    """The workload's run-to-run spread: (max - min) / median of its plain runs' lengths (its
+    trial's A arms and its earlier runs without a policy); None with fewer than two."""
+    xs = [x for x in plain_runs_s if x and x > 0]
+    if len(xs) < 2:
+        return None
+    return (max(xs) - min(xs)) / statistics.median(xs)
+
+
 def decide_trial(
-    t: LaunchTrial, contract: Contract, rounds: int, min_gain: float, early_speedup: float = 0.0
+    t: LaunchTrial,
+    contract: Contract,
+    rounds: int,
+    min_gain: float,
+    early_speedup: float = 0.0,
+    earlier_plain_s: list[float] | None = None,
 ) -> Decision | None:
     """The decision once ``rounds`` pairs are complete; None while more runs are needed. Before
     that, after each complete pair: outputs that changed end the trial at once (reverted), and a
-    lever whose every B window was at least ``early_speedup`` times faster than every A window of
-    every pair so far is promoted at once — a sequential design's early stop for an effect far
-    beyond the between-run drift seen on the H200 (±30% at most, launch-bound processes): TF32 on
-    fp32 GEMMs (1.7-4.9x) took six or more launches of 15-20 s to decide otherwise."""
+    lever is promoted early only when every pair's gain is at least ``early_speedup``, beyond
+    NOISE_MARGIN times the workload's measured run-to-run spread (``earlier_plain_s`` and the A
+    arms: no spread measured, no early stop), and within what its cause allows (``t.bound``). A
+    full decision whose whole interval lies above the bound is a measurement error: reverted."""
     pairs = t.pairs()
     if not pairs:
         return None
     used = pairs[:rounds]
     verdict = _verdict(contract, used)
     risk = t.lever_obj().risk
-    a_ms = [a["step_ms"] for a, _ in used]
-    b_ms = [b["step_ms"] for _, b in used]
-    if len(pairs) >= rounds:
-        return decide(a_ms, b_ms, verdict, risk, min_gain, paired=True)
+    a_s = [a["run_s"] for a, _ in used]
+    b_s = [b["run_s"] for _, b in used]
     if not verdict.ok or (risk is Risk.NUMERICS and not verdict.numbers_checked):
-        return decide(a_ms, b_ms, verdict, risk, min_gain, paired=True)  # a rejection, whatever the pairs
+        return decide(a_s, b_s, verdict, risk, min_gain, paired=True)  # a rejection, whatever the pairs
+    if len(pairs) >= rounds:
+        d = decide(a_s, b_s, verdict, risk, min_gain, paired=True)
+        if d.interval is not None and d.interval.low > t.bound:
+            return Decision(
+                False,
+                f"implausible: {d.interval.speedup:.3f}x (95% {d.interval.low:.3f}-{d.interval.high:.3f}) "
+                f"is more than removing all of {t.cause} ({100 * t.cause_share:.0f}% of the run) allows "
+                f"({t.bound:.2f}x): a measurement error, not a win",
+                d.interval,
+            )
+        return d
     if early_speedup <= 0:
         return None
-    worst = [
-        min(a.get("window_ms") or [a["step_ms"]]) / max(b.get("window_ms") or [b["step_ms"]]) for a, b in used
-    ]
-    return early_stop(a_ms, b_ms, min(worst), early_speedup, rounds)
+    ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]
+    noise = run_noise(list(earlier_plain_s or []) + a_s)
+    if noise is None:
+        return None  # the workload's run-to-run spread is not measured yet: no early stop
+    mean = sum(math.log(r) for r in ratios) / len(ratios)
+    speedup = math.exp(mean)
+    # a real interval, from the measured spread (taken as each run's standard deviation, which
+    # overstates it): a pair's log ratio varies by sqrt(2) x that
+    half = 1.96 * math.sqrt(2) * math.log1p(noise) / math.sqrt(len(ratios))
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    need = max(early_speedup, 1 + NOISE_MARGIN * noise)
+    if min(ratios) < need or low < 1 + min_gain or speedup > t.bound:
+        return None
+    return Decision(
+        True,
+        f"{speedup:.3f}x faster by the run's own clock, 95% interval {low:.3f}-{high:.3f} (from the "
+        f"workload's run-to-run spread {100 * noise:.0f}%); every pair at least {min(ratios):.2f}x, beyond "
+        f"{need:.2f}x and within the {t.bound:.2f}x its cause allows: decided after {len(ratios)} of "
+        f"{rounds} pairs",
+        Interval(speedup, low, high, len(ratios), True),
+    )
 
 
 def _verdict(contract: Contract, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> Verdict:

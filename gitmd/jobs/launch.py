@@ -52,8 +52,11 @@ def build_plan(
     ring_records: int,
     warnings: list[str],
     free_guard: bool = True,
+    detach_cupti: bool = False,
 ) -> LaunchPlan:
-    """``GITM_GUARD`` names the free guard; launchers put it first on LD_PRELOAD (job_environment)."""
+    """``GITM_GUARD`` names the free guard; launchers put it first on LD_PRELOAD (job_environment).
+    ``detach_cupti``: the shim may detach CUPTI once when gitmd ends a process's observation
+    (GITM_SHIM_DETACH=1; capture.detach_cupti)."""
     env = {"GITM_JOB_ID": job_id}
     capture = job_dir is not None and shim is not None
     if capture:
@@ -61,6 +64,8 @@ def build_plan(
         env["GITM_JOB_DIR"] = str(job_dir)
         env["CUDA_INJECTION64_PATH"] = str(shim)
         env["GITM_RING_RECORDS"] = str(ring_records)
+        if detach_cupti:
+            env["GITM_SHIM_DETACH"] = "1"
         guard = find_guard(shim) if free_guard else None
         if guard is not None:
             env["GITM_GUARD"] = str(guard)

@@ -59,6 +59,10 @@ class Job:
     windows: int = 0
     policy_id: int = 0
     steps: str = ""
+    # its run by its own clock, first CUDA initialisation to last exit (None: not known), and, when
+    # it died by a signal while gitmd had something in force on it, what that was ("" otherwise)
+    run_s: float | None = None
+    crash: str = ""
 
     @property
     def user(self) -> str:
@@ -113,6 +117,8 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         windows=r["windows"],
         policy_id=r["policy_id"],
         steps=r["steps"],
+        run_s=r.get("run_s"),
+        crash=r.get("crash") or "",
     )
 
 
@@ -168,7 +174,13 @@ class JobRegistry:
                 if why:
                     warnings.append(why)
         plan = build_plan(
-            job_id, job_dir, shim, self.capture_cfg.ring_records, warnings, self.capture_cfg.free_guard
+            job_id,
+            job_dir,
+            shim,
+            self.capture_cfg.ring_records,
+            warnings,
+            self.capture_cfg.free_guard,
+            self.capture_cfg.detach_cupti,
         )
         job = Job(
             id=job_id,
@@ -265,6 +277,20 @@ class JobRegistry:
             )
             return [(r["ended_ns"] - r["created_ns"]) / 1e9 for r in rows]
 
+    def plain_runs_s(self, launch_key: str, exclude: set[str], runs: int = 5) -> builtins.list[float]:
+        """The run lengths by their own clock (jobs.run_s) of the latest ``runs`` runs of
+        ``launch_key`` that ended cleanly with no policy and no crash, less ``exclude`` (job ids):
+        the workload's run-to-run spread."""
+        if not launch_key:
+            return []
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT id, run_s FROM jobs WHERE launch_key = ? AND state = 'exited' AND exit_code = 0 "
+                "AND policy_id = 0 AND crash = '' AND run_s > 0 ORDER BY created_ns DESC LIMIT ?",
+                [launch_key, runs + len(exclude)],
+            )
+            return [float(r["run_s"]) for r in rows if r["id"] not in exclude][:runs]
+
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:
             db.execute("UPDATE jobs SET workload_id = ? WHERE id = ?", [workload_id, job_id])
@@ -283,16 +309,20 @@ class JobRegistry:
         windows: int = 0,
         policy_id: int = 0,
         steps: str = "",
+        run_s: float | None = None,
+        crash: str = "",
     ) -> Job:
-        """The job ended: its state, exit code and what its run came to (windows, policy, steps)."""
+        """The job ended: its state, exit code and what its run came to (windows, policy, steps, its
+        length by its own clock, a crash that may be gitmd's)."""
         job = self.get(job_id)
         if job.id != job_id:
             raise NotFoundError(f"no job with id {job_id!r}")
         with self.store.transaction() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, ended_ns = ?, exit_code = ?, windows = ?, policy_id = ?, "
-                "steps = ? WHERE id = ?",
-                [state, time.time_ns(), exit_code, windows, policy_id, steps, job_id],
+                "steps = ?, run_s = COALESCE(?, run_s), crash = CASE WHEN ? = '' THEN crash ELSE ? END "
+                "WHERE id = ?",
+                [state, time.time_ns(), exit_code, windows, policy_id, steps, run_s, crash, crash, job_id],
             )
         if job.runtime_dir:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)

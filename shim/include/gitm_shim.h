@@ -117,6 +117,11 @@ extern "C" {
  * out[0] the value before, out[1] after, out[2] how many times the process has read the flag (0:
  * no hook in the process consults it, so setting it changes nothing). -EINVAL: no such flag. */
 #define GITM_KNOB_FLAG 7
+/* The end of the process's observation: CUPTI is finalized once (at the next driver API exit, or
+ * once the process is past start-up) and never attached again; later windows are refused. out[0]: 1
+ * armed or made, 2 owed (still starting), 0 never (detaching off, or the job's profiler holds CUPTI);
+ * out[1]: detaches so far. -EBUSY while a window is open or a yield holds CUPTI. */
+#define GITM_KNOB_DETACH 8
 /* while set, torch.cuda.empty_cache() keeps PyTorch's cached blocks (lever alloc_keep_cache) */
 #define GITM_FLAG_KEEP_CACHE 1
 #define GITM_FLAGS 4 /* flags 1 .. GITM_FLAGS - 1 */

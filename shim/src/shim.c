@@ -13,13 +13,19 @@
  *      heartbeat goes stale) it disables the kinds, flushes, and writes the closing marker.
  *   3. CUPTI hands completed buffers to BufferCompleted, which turns each activity record into a
  *      64-byte ring record (kernel names interned: a NAME record the first time a name is seen).
- *   4. Disabling activity leaves a residual per-launch cost (seen on the H200: +42% on a
- *      launch-bound loop; pytorch#144455). So after a window closes the shim detaches CUPTI with
- *      cuptiFinalize, from the next driver API exit callback as NVIDIA advises; the next window
- *      attaches it again. Not while the process is starting (detach_rule.h: detaching and
- *      re-attaching then crashed jobs inside CUPTI): a start-up window closes disable-only and the
- *      detach is owed, made by the control thread once the process is settled.
- *      GITM_SHIM_DETACH=0 keeps disable-only (bench/shim_overhead.py compares).
+ *   4. Windows close disable-only, and by default CUPTI is never detached: cuptiFinalize in a
+ *      running process killed unmodified jobs on the H200 (CUDA 13.0): the finalize, made from one
+ *      thread's driver API exit callback as NVIDIA advises, raced with another thread's kernel
+ *      launch inside CUPTI (timm's training benchmark: SIGSEGV in the autograd thread's
+ *      cuLaunchKernel -> libcupti, 2 of 3 runs, bench/results/2026-12-03-crash-h200.md; kineto and
+ *      PAPI report segfaults around CUPTI teardown too). The price: disabling activity leaves a
+ *      residual per-launch cost (+42% on a launch-bound loop, ~0.4% on a training step;
+ *      pytorch#144455), so the daemon observes a process in one stretch and then gives it no
+ *      window again. GITM_SHIM_DETACH=1 (capture.detach_cupti) lets the daemon's
+ *      GITM_KNOB_DETACH finalize once, never attached again after (windows asked later are
+ *      refused), not while the process is starting (detach_rule.h: then owed);
+ *      GITM_SHIM_DETACH=every is the old cycle (detach at each quiet close, attach again at the
+ *      next window), kept only for bench/window_stress.py.
  *   5. At exit, at_exit takes cupti_lock and marks the process exiting: from then the control thread
  *      makes no CUPTI or CUDA call (CUPTI tears down with the process).
  *
@@ -53,6 +59,9 @@
 #define DEFAULT_BUFFER_BYTES (4u << 20)
 #define POLL_NS (20 * 1000 * 1000)
 #define EXIT_LOCK_NS (2ULL * 1000 * 1000 * 1000)
+#define DETACH_NEVER 0 /* the default */
+#define DETACH_ONCE 1  /* GITM_SHIM_DETACH=1: once, when the daemon asks (GITM_KNOB_DETACH) */
+#define DETACH_EVERY 2 /* legacy, benchmarks only: at each quiet close, attached again at the next window */
 
 static struct {
     pthread_once_t once;
@@ -67,7 +76,9 @@ static struct {
     uint32_t window_id;
     uint64_t last_flush_ns;
     size_t buffer_bytes;
-    int detach;                  /* detach CUPTI (cuptiFinalize) when a window closes */
+    int detach;                  /* DETACH_*: whether and when CUPTI may be finalized */
+    volatile int detached;       /* cuptiFinalize was made: no CUPTI call of ours from now on */
+    int detach_requested;        /* GITM_KNOB_DETACH came: this process's windows are over */
     int detach_pending;          /* set at close; taken by the next driver API exit callback */
     CUpti_SubscriberHandle detach_sub;
     int detach_subscribed;
@@ -429,6 +440,8 @@ static void CUPTIAPI detach_callback(void *u, CUpti_CallbackDomain d, CUpti_Call
             cuptiUnsubscribe(g.detach_sub); /* the job traces now: finalizing would end its trace */
         } else {
             cuptiFinalize(); /* drops every subscription, ours included */
+            if (g.detach != DETACH_EVERY)
+                g.detached = 1; /* never attached again by us: see the workflow, step 4 */
         }
         g.detach_subscribed = 0;
         __atomic_fetch_add(&g.ring.hdr->detaches, 1, __ATOMIC_RELAXED);
@@ -453,7 +466,7 @@ static void arm_detach(void)
 /* Called with cupti_lock held, when a window has closed (or a yield ended). */
 static void request_detach(void)
 {
-    if (!g.detach || g.yield_share || app_holds_slot())
+    if (g.detach == DETACH_NEVER || g.detached || g.yield_share || app_holds_slot())
         return; /* a yield needs CUPTI attached: the detach comes when it ends */
     struct gitm_window_counts w = {
         .names_at_open = g.names_at_open,
@@ -493,7 +506,8 @@ static void owed_detach(void)
         return;
     if (!lock_cupti())
         return;
-    if (g.detach_owed && !g.window_id && g.detach && !g.yield_share && !app_holds_slot() && !g.detach_subscribed)
+    if (g.detach_owed && !g.window_id && g.detach != DETACH_NEVER && !g.detached && !g.yield_share &&
+        !app_holds_slot() && !g.detach_subscribed)
         arm_detach();
     else
         g.detach_owed = 0;
@@ -983,7 +997,8 @@ static void close_window(const char *why)
     g.window_id = 0;
     g.ring.hdr->window_id = 0;
     gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, why);
-    request_detach();
+    if (g.detach == DETACH_EVERY)
+        request_detach();
 }
 
 /* The job's own profiler enabled CUPTI activity while a window was open (the guard saw it and has
@@ -1029,8 +1044,13 @@ static void app_cupti_used(void)
 
 static void open_window(uint32_t id, uint32_t mask)
 {
+    if (g.detached || g.detach_requested) {
+        gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0,
+                             "CUPTI detached (or about to be) for good: no more windows in this process");
+        return;
+    }
     cancel_detach();
-    g.detach_owed = 0; /* this window's close decides anew */
+    g.detach_owed = 0; /* this window's close decides anew (legacy mode; none owed otherwise) */
     if (g.app_cupti && (g.app_cupti() & GITM_APP_ENABLED)) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_STEPPED_ASIDE, 0,
                              "the job's own profiler is tracing (CUPTI activity enabled by the job): not capturing");
@@ -1115,6 +1135,10 @@ static int32_t knob_stream_priority(const uint64_t *args, uint64_t *out)
      * window): with cupti_lock held, the detach callback's trylock fails, in this thread and in the
      * job's, and the detach waits for the next API exit. */
     pthread_mutex_lock(&g.cupti_lock);
+    if (g.detached || __atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_unlock(&g.cupti_lock);
+        return -ESHUTDOWN; /* the handle is checked through CUPTI, never attached again */
+    }
     if (push(ks.ctx) != CUDA_SUCCESS) {
         pthread_mutex_unlock(&g.cupti_lock);
         return -ESTALE;
@@ -1356,7 +1380,8 @@ static void yield_off(void)
     if (g.payload_subscribed && !g.window_id) {
         cuptiUnsubscribe(g.payload_sub);
         g.payload_subscribed = 0;
-        request_detach();
+        if (g.detach == DETACH_EVERY)
+            request_detach();
     } else if (g.payload_subscribed) {
         enable_learning(__atomic_load_n(&g.learning, __ATOMIC_RELAXED));
     }
@@ -1378,6 +1403,8 @@ static int32_t knob_yield(const uint64_t *args, uint64_t *out)
     int32_t rc = 0;
     if (!share) {
         yield_off();
+    } else if (g.detached || __atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE)) {
+        rc = -ESHUTDOWN; /* a yield needs CUPTI's callbacks, and CUPTI is never attached again */
     } else {
         cancel_detach();
         if (!g.payload_subscribed) {
@@ -1395,6 +1422,36 @@ static int32_t knob_yield(const uint64_t *args, uint64_t *out)
 out:
     out[1] = g.yield_share;
     out[2] = g.yield_share ? (g.yield_until_ns - now) / 1000000 : 0;
+    pthread_mutex_unlock(&g.cupti_lock);
+    return rc;
+}
+
+/* GITM_KNOB_DETACH: the daemon has seen enough of this process. out[0]: 1 the finalize is armed
+ * (made at the next driver API exit) or made, 2 owed (the process is still starting: made once it is
+ * settled, detach_rule.h), 0 never (GITM_SHIM_DETACH=0, or the job's profiler holds CUPTI). */
+static int32_t knob_detach(uint64_t *out)
+{
+    pthread_mutex_lock(&g.cupti_lock);
+    int32_t rc = 0;
+    if (g.detached || __atomic_load_n(&g.detach_pending, __ATOMIC_ACQUIRE)) {
+        out[0] = 1;
+    } else if (g.window_id || g.yield_share) {
+        rc = -EBUSY; /* close the window / lift the yield first */
+    } else if (g.detach == DETACH_NEVER || app_holds_slot()) {
+        out[0] = 0;
+    } else {
+        g.detach_requested = 1;
+        uint64_t now = mono_ns();
+        if (now - g.start_mono_ns >= g.detach_min_age_ns) {
+            arm_detach();
+            out[0] = g.detach_subscribed ? 1 : 0;
+        } else {
+            g.detach_owed = 1; /* made by owed_detach() once the process is old enough */
+            g.closed_at_ns = now > GITM_DETACH_OWED_AFTER_NS ? now - GITM_DETACH_OWED_AFTER_NS : 0;
+            out[0] = 2;
+        }
+    }
+    out[1] = __atomic_load_n(&g.ring.hdr->detaches, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&g.cupti_lock);
     return rc;
 }
@@ -1435,6 +1492,12 @@ static void handle_knob(struct gitm_control *c)
         c->knob_out[1] = mono_ns();
         c->knob_result = 0;
         break;
+    case GITM_KNOB_DETACH: {
+        uint64_t out[4] = {0};
+        c->knob_result = knob_detach(out);
+        memcpy((void *)c->knob_out, out, sizeof out);
+        break;
+    }
     case GITM_KNOB_FLAG: {
         uint64_t args[4], out[4] = {0};
         memcpy(args, (const void *)c->knob_args, sizeof args);
@@ -1587,7 +1650,9 @@ static void initialize(void)
     g.start_mono_ns = mono_ns();
     g.detach_min_age_ns = env_size("GITM_SHIM_DETACH_MIN_AGE_MS", GITM_DETACH_MIN_AGE_MS, 0, 3600u * 1000) * 1000000ULL;
     const char *detach = getenv("GITM_SHIM_DETACH");
-    g.detach = !(detach && strcmp(detach, "0") == 0);
+    g.detach = detach && strcmp(detach, "1") == 0       ? DETACH_ONCE
+               : detach && strcmp(detach, "every") == 0 ? DETACH_EVERY
+                                                        : DETACH_NEVER;
     g.buffer_bytes = env_size("GITM_CUPTI_BUFFER_BYTES", DEFAULT_BUFFER_BYTES, 1u << 16, 256u << 20);
     char err[256];
     uint64_t records = env_size("GITM_RING_RECORDS", DEFAULT_RING_RECORDS, 64, 1u << 24);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, crash-soak, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -70,6 +70,14 @@ for part in "${PARTS[@]}"; do
     capture-set)
       python3 bench/capture_set.py "$OUTDIR/captures" ${CAPTURE_SET_ARGS:-} 2>&1 | tee "$OUTDIR/capture-set.log"
       RESULT[$part]="$(ls "$OUTDIR"/captures/*.npz 2>/dev/null | wc -l) capture files"
+      ;;
+    crash-soak)  # unmodified programs (corpus + in-house) through gitmctl run, fresh libraries, vs plain runs
+      [ -d bench/corpus/src ] || { echo "carry bench/corpus/src (python3 bench/corpus/materialise.py)"; exit 1; }
+      python3 bench/crash_soak.py --programs "${SOAK_PROGRAMS:-timm-resnet18-train-fp32,timm-resnet18-train-bf16,timm-vit-small-infer,cupy-monte-carlo,threads4,dataloader}" \
+        --rounds "${SOAK_ROUNDS:-20}" --runs "${SOAK_RUNS:-4}" --fresh-every "${SOAK_FRESH_EVERY:-2}" \
+        --budget-s "${SOAK_BUDGET_S:-420}" ${SOAK_ARGS:-} --json "$OUTDIR/crash-soak.json" --logs "$OUTDIR/soak-logs" \
+        2>&1 | tee "$OUTDIR/crash-soak.md"
+      RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/crash-soak.md" | head -8 | tr '\n' ' ' || echo "failed")
       ;;
     register-rate)
       python3 bench/register_rate.py --workloads 10000 --clients 8 --seconds 30 --json "$OUTDIR/register-rate.json" \

@@ -1,9 +1,9 @@
 """Launch levers across runs of a recurring job on the H200, gitmd unattended: the same fp32
 training command launched again and again with `gitmctl run` (its contract: the loss on stdout
 within 1%). gitmd's attribution of the first run finds fp32 GEMMs and plans a TF32 launch trial;
-the next launches get arms A/B in their plans, each run's time per step comes from gitmd's own
-windows; TF32's gain (~5x) is far above the early bound (experiments.early_speedup), so the trial is
-promoted after its first pair, and the fourth launch gets TF32 at launch, no trial."""
+the next launches get arms A/B in their plans and no capture window, each run measured by its own
+clock (CUDA initialisation to exit); TF32's gain is far beyond the runs' measured spread, so the trial
+is promoted early or after its rounds, and a later launch gets TF32 at launch, no trial."""
 
 from __future__ import annotations
 
@@ -63,8 +63,10 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
         (p,) = w["policies"]
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["status"] == "validated"
         evidence = json.loads(p["evidence_json"])
-        assert evidence["source"] == "runs" and p["ci_low"] >= 1.5 and "decided before" in evidence["reason"]
-        assert len(runs) == 4, notes  # the first run, one pair, then the policy at launch
-        assert "launching with its validated policy" in notes[3] and "launch trial" not in notes[3], notes[3]
+        assert evidence["source"] == "runs" and evidence["metric"].startswith("run_s") and p["ci_low"] >= 1.03
+        assert p["speedup"] <= evidence["predicted_max"], evidence  # no more than its cause allows
+        # the first run, one pair (an early stop) or three, then the policy at launch
+        assert len(runs) in (4, 8) and "launching with its validated policy" in notes[-1], notes
+        assert "launch trial" not in notes[-1], notes[-1]
     finally:
         keep_log(d, "gitmd-launch-trials.log")

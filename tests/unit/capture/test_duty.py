@@ -39,19 +39,14 @@ def test_a_windows_record_cap_is_what_the_budget_allows_over_the_period() -> Non
     assert window_records(30.0, 0.0, 6.0) is None and window_records(30.0, 0.01, 0.0) is None
 
 
-def test_the_release_rule_mirrors_the_shims_detach_rule() -> None:
-    """The daemon's view of when a window leaves CUPTI attached is the shim's own rule: its ages come
-    from shim/src/detach_rule.h."""
+def test_the_settle_default_is_the_shims_detach_age() -> None:
+    """A settled job's first window comes once its processes are as old as the shim's detach rule
+    (shim/src/detach_rule.h) requires for the one detach that ends their observation."""
     import re
     from pathlib import Path
 
-    from gitmd.capture import duty
+    from gitmd.config import CaptureConfig
 
     rule = (Path(__file__).resolve().parents[3] / "shim" / "src" / "detach_rule.h").read_text()
     min_ms = int(re.search(r"#define GITM_DETACH_MIN_AGE_MS (\d+)", rule).group(1))  # type: ignore[union-attr]
-    anyway_s = int(re.search(r"#define GITM_DETACH_ANYWAY_AGE_NS \((\d+)ULL", rule).group(1))  # type: ignore[union-attr]
-    assert min_ms / 1000 == duty.SHIM_DETACH_MIN_AGE_S and anyway_s == duty.SHIM_DETACH_ANYWAY_S
-    assert duty.needs_release(1, 12.0)
-    assert not duty.needs_release(1, 5.0)  # starting: the owed detach comes at 10 s whatever we do
-    assert not duty.needs_release(2, 12.0)  # a later window can close quiet by itself
-    assert not duty.needs_release(1, 61.0)  # the shim detaches anyway
+    assert min_ms / 1000 == CaptureConfig().settle_s

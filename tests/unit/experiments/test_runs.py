@@ -1,53 +1,105 @@
-"""Deciding a launch trial from its runs: the full rounds, or an early stop for a large effect."""
+"""Deciding a launch trial from its runs by their own clock: the full rounds, the plausibility bound,
+an early stop only for a large effect beyond the workload's measured run-to-run spread."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from gitmd.experiments.equivalence import Check, Contract
-from gitmd.experiments.runs import LaunchTrial, decide_trial
+from gitmd.experiments.runs import LaunchTrial, decide_trial, run_noise
 
 CONTRACT = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+_ids = itertools.count()
 
 
-def run(arm: str, windows: list[float], loss: float = 1.0) -> dict[str, Any]:
-    return {
-        "job_id": f"j{arm}{windows[0]}",
+def run(
+    arm: str, run_s: float | None, loss: float = 1.0, exit_code: int = 0, crashed: str = ""
+) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "job_id": f"j{next(_ids)}",
         "arm": arm,
         "done": True,
-        "step_ms": sorted(windows)[len(windows) // 2],
-        "window_ms": windows,
-        "exit_code": 0,
+        "run_s": run_s,
+        "exit_code": exit_code,
         "metrics": {r"loss=(\S+)": [loss]},
     }
+    if crashed:
+        r["crashed"] = crashed
+    return r
 
 
-def trial(*runs: dict[str, Any], lever: str = "tf32_override") -> LaunchTrial:
-    return LaunchTrial(1, "w", lever, {}, "fp32_gemm", "running", list(runs))
+def trial(*runs: dict[str, Any], lever: str = "tf32_override", share: float = 0.9) -> LaunchTrial:
+    return LaunchTrial(1, "w", lever, {}, "fp32_gemm", "running", list(runs), {}, share)
 
 
-def test_an_early_stop_needs_every_b_window_faster_than_every_a_window_by_the_bound() -> None:
-    fast = trial(run("A", [10.0, 10.2, 9.9]), run("B", [2.0, 2.1, 2.05], 1.001))
-    d = decide_trial(fast, CONTRACT, 3, 0.03, 1.5)
-    assert d is not None and d.promote and d.interval is not None
-    assert d.interval.pairs == 1 and abs(d.interval.low - 9.9 / 2.1) < 1e-9
-    # one B window as slow as the A windows (a stall, a co-tenant): not decided on one pair
-    odd = trial(run("A", [10.0, 10.2, 9.9]), run("B", [2.0, 9.0, 2.05], 1.001))
-    assert decide_trial(odd, CONTRACT, 3, 0.03, 1.5) is None
-    assert decide_trial(fast, CONTRACT, 3, 0.03, 0.0) is None  # early stops off
-    assert decide_trial(trial(run("A", [10.0])), CONTRACT, 3, 0.03, 1.5) is None  # no pair yet
+def test_an_early_stop_needs_a_measured_spread_and_a_gain_far_beyond_it() -> None:
+    fast = trial(run("A", 40.0), run("B", 12.0, 1.001))
+    # no run-to-run spread measured for the workload yet: one pair never decides
+    assert decide_trial(fast, CONTRACT, 3, 0.03, 1.5) is None
+    # earlier plain runs spread 5%: 3.3x on one pair is far beyond it and within 10x (90% share)
+    d = decide_trial(fast, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.0, 41.0])
+    assert d is not None and d.promote and d.interval is not None and d.interval.pairs == 1
+    # the stored interval is a real one, around the measured gain, not the worst pair
+    assert d.interval.low < 40 / 12 < d.interval.high and d.interval.low > 1.03
+    # plain runs spread 37% (30, 40, 45 s): 2x is not beyond 3 x that, so more pairs are needed
+    double = trial(run("A", 40.0), run("B", 20.0, 1.001))
+    assert decide_trial(double, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[30.0, 45.0]) is None
+    assert decide_trial(double, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.0, 41.0]) is not None
+    assert decide_trial(fast, CONTRACT, 3, 0.03, 0.0, earlier_plain_s=[39.0, 41.0]) is None  # early stops off
+    assert decide_trial(trial(run("A", 40.0)), CONTRACT, 3, 0.03, 1.5) is None  # no pair yet
+
+
+def test_a_gain_above_what_its_cause_allows_is_never_promoted() -> None:
+    """The false promotion seen on the H200 (2026-12-03): launch_bound cost 17% of the run, so removing
+    it gives at most 1.2x; a 3x measured is a measurement error."""
+    big = trial(run("A", 30.0), run("B", 10.0), lever="cuda_device_max_connections", share=0.17)
+    assert decide_trial(big, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[29.9, 30.1]) is None  # no early stop
+    full = trial(
+        *[x for _ in range(3) for x in (run("A", 30.0), run("B", 10.0))],
+        lever="cuda_device_max_connections",
+        share=0.17,
+    )
+    d = decide_trial(full, CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and not d.promote and "implausible" in d.reason
+    # the same gain within the bound of a cause that costs 80% is a win
+    ok = trial(*full.runs, lever="cuda_device_max_connections", share=0.8)
+    d = decide_trial(ok, CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and d.promote
+
+
+def test_the_program_clock_decides_not_the_windows() -> None:
+    """Arm B 1.1x faster at best by the run's clock: nothing promoted after the full rounds."""
+    runs = [run("A", 20.0), run("B", 19.6), run("B", 20.5), run("A", 20.1), run("A", 19.8), run("B", 20.2)]
+    d = decide_trial(trial(*runs, lever="cuda_device_max_connections", share=0.17), CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and not d.promote and "lower bound" in d.reason
+
+
+def test_a_crashed_run_is_never_evidence() -> None:
+    """A run that died by a signal spoils its pair: the exit status -11 is not taken as the program's
+    output (H200 2026-12-03: a trial reverted for "outputs changed: exit status 0, baseline -11")."""
+    t = trial(run("A", None, exit_code=-11, crashed="may be gitmd's: died of SIGSEGV"), run("B", 12.0))
+    assert t.pairs() == [] and t.spoiled() == 1
+    assert decide_trial(t, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.0, 41.0]) is None
 
 
 def test_changed_outputs_end_the_trial_at_the_first_pair() -> None:
-    moved = trial(run("A", [10.0]), run("B", [2.0], 1.05))
+    moved = trial(run("A", 40.0), run("B", 12.0, 1.05))
     d = decide_trial(moved, CONTRACT, 3, 0.03, 1.5)
     assert d is not None and not d.promote and "outputs changed" in d.reason
 
 
 def test_a_numerics_lever_without_numbers_compared_is_not_promoted_early() -> None:
     exit_only = Contract((Check("exit_status"),))
-    d = decide_trial(trial(run("A", [10.0]), run("B", [2.0])), exit_only, 3, 0.03, 1.5)
+    d = decide_trial(trial(run("A", 40.0), run("B", 12.0)), exit_only, 3, 0.03, 1.5, [39.0, 41.0])
     assert d is not None and not d.promote and "compares numbers" in d.reason
     # a lever that cannot change numbers may stop early on the exit status alone
-    d = decide_trial(trial(run("A", [10.0]), run("B", [2.0]), lever="cpu_threads"), exit_only, 3, 0.03, 1.5)
+    d = decide_trial(
+        trial(run("A", 40.0), run("B", 12.0), lever="cpu_threads"), exit_only, 3, 0.03, 1.5, [39.0, 41.0]
+    )
     assert d is not None and d.promote
+
+
+def test_run_noise_is_the_relative_spread_of_plain_runs() -> None:
+    assert run_noise([10.0]) is None
+    assert abs((run_noise([9.0, 10.0, 11.0]) or 0) - 0.2) < 1e-12

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Crash soak: many short runs of unmodified programs through `gitmctl run` with gitmd's defaults,
+each program's output and exit status against its own plain run, from fresh libraries (so windows,
+trials and their arms happen) — and what gitmd promoted against what the programs' own clocks show.
+
+A round starts gitmd on a fresh state folder (every ``--fresh-every`` rounds; otherwise the library
+of the round before is kept) and runs every program ``--runs`` times in a row through `gitmctl run`
+(recurring, as a scheduler would), the programs side by side (``--parallel``), each after one plain
+run of its own in the same round. It records per run: exit status (a signal death is a crash),
+whether the output matched the plain run, the program's own step time, the job's capture windows
+and CUPTI detaches, and per round the library's promotions with the speedup they claim.
+
+    python3 bench/crash_soak.py --programs timm-resnet18-train-fp32,cupy-monte-carlo,threads4 \
+        --rounds 6 --runs 4 --fresh-every 2 --budget-s 480 --json OUT.json
+
+Programs: corpus entries (bench/corpus/manifest.toml, materialised under bench/corpus/src) by
+name, and the in-house ``threads4`` (four host threads launching, tests/gpu/programs) and
+``dataloader`` (a two-worker DataLoader, bench/workloads). ``--args NAME=ARGS`` replaces a
+corpus program's arguments after its script (to shorten it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import Gitmd  # noqa: E402
+from gitmd.api.pb import pb  # noqa: E402
+
+PY = sys.executable
+CORPUS = ROOT / "bench" / "corpus"
+CONFIG = """
+[telemetry]
+backend = "{backend}"
+[metrics]
+port = 0
+"""
+RESULT = r"^result (.*)$"  # the in-house programs' result line; its step_ms= is timing, the rest output
+
+
+@dataclass
+class Program:
+    name: str
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+    output: str = ""  # regex over stdout: the numbers that must not change ("" : exit status only)
+    clock: str = ""  # regex over stdout: the program's own time per step
+
+
+def corpus_programs() -> dict[str, Program]:
+    doc = tomllib.loads((CORPUS / "manifest.toml").read_text())
+    out = {}
+    for e in doc["program"]:
+        owner, name = e["repo"].split("/")
+        argv = [PY if a == "{python}" else a for a in e["command"]]
+        out[e["name"]] = Program(
+            e["name"],
+            argv,
+            CORPUS / "src" / f"{owner}+{name}",
+            dict(e.get("env", {})),
+            "" if e.get("output", "exit") == "exit" else e["output"],
+            e.get("step_clock", ""),
+        )
+    return out
+
+
+def own_programs() -> dict[str, Program]:
+    return {
+        "threads4": Program(
+            "threads4",
+            [PY, str(ROOT / "tests/gpu/programs/threads_launch.py"), "20000", "4"],
+            ROOT,
+            output=RESULT,
+        ),
+        "dataloader": Program(
+            "dataloader",
+            [PY, str(ROOT / "bench/workloads/dataloader_input.py"), "--steps", "400"],
+            ROOT,
+            output=RESULT,
+            clock=r"step_ms=([0-9.]+)",
+        ),
+    }
+
+
+def outputs(p: Program, text: str) -> list[str]:
+    if not p.output:
+        return []
+    found = re.findall(p.output, text, re.MULTILINE)
+    return [re.sub(r" ?step_ms=\S+", "", f) for f in found]  # timing is no output
+
+
+def clock(p: Program, text: str) -> float | None:
+    xs = [float(x) for x in re.findall(p.clock, text, re.MULTILINE)] if p.clock else []
+    return statistics.median(xs) if xs else None
+
+
+def run_once(p: Program, argv_prefix: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(
+            [*argv_prefix, *p.argv],
+            cwd=p.cwd,
+            env={**os.environ, **p.env, "PYTHONFAULTHANDLER": "1"},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        code, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        code, out, err = None, str(e.stdout or ""), f"timed out after {timeout_s} s"
+    with open(log, "a") as f:
+        head = f"=== {p.name} {' '.join(map(shlex.quote, argv_prefix[-3:]))} exit {code}"
+        f.write(f"{head}\n{out[-4000:]}\n{err[-4000:]}\n")
+    return {
+        "exit": code,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "out": outputs(p, out),
+        "clock": clock(p, out),
+        "stderr_tail": err[-1500:] if code else "",
+    }
+
+
+def jobs_by_name(g: Gitmd) -> dict[str, list[Any]]:
+    resp = g.stub().ListJobs(pb.ListJobsRequest(all=True), timeout=30)
+    out: dict[str, list[Any]] = {}
+    for j in sorted(resp.jobs, key=lambda j: j.created_unix_ns):
+        out.setdefault(j.name, []).append(j)
+    return out
+
+
+def library(g: Gitmd) -> list[dict[str, Any]]:
+    stub = g.stub()
+    rows = []
+    for w in stub.ListWorkloads(pb.ListWorkloadsRequest(), timeout=30).workloads:
+        full = stub.GetWorkload(pb.GetWorkloadRequest(workload_id=w.id), timeout=30)
+        for p in full.policies:
+            rows.append({"workload": w.id, "name": w.name, "policy": p.id, "status": p.status,
+                         "env": dict(p.env), "speedup": p.speedup if p.HasField("speedup") else None,
+                         "ci": [p.ci_low, p.ci_high] if p.HasField("ci_low") else None,
+                         "evidence": json.loads(p.evidence_json or "{}")})  # fmt: skip
+        for t in full.launch_trials:
+            rows.append({"workload": w.id, "name": w.name, "trial": t.id, "lever": t.lever, "state": t.state,
+                         "reason": t.reason, "cause": t.cause, "cause_share": t.cause_share,
+                         "runs": [{"arm": r.arm, "run_s": r.run_s if r.HasField("run_s") else None,
+                                   "crashed": r.crashed} for r in t.runs]})  # fmt: skip
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", required=True)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=4, help="runs through gitmctl run per program per round")
+    ap.add_argument("--fresh-every", type=int, default=1, help="a fresh library every N rounds")
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--budget-s", type=float, default=0, help="start no round after this many seconds")
+    ap.add_argument("--timeout-s", type=float, default=120)
+    ap.add_argument("--backend", default="nvml")
+    ap.add_argument("--args", action="append", default=[], help="NAME=ARGS: a program's arguments")
+    ap.add_argument("--runs-of", action="append", default=[], help="NAME=N: that program's runs per round")
+    ap.add_argument("--copies", type=int, default=1, help="each program in this many launchers side by side")
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--logs", type=Path, default=None)
+    a = ap.parse_args()
+    known = {**corpus_programs(), **own_programs()}
+    names = [n for n in a.programs.split(",") if n]
+    bad = [n for n in names if n not in known]
+    if bad:
+        ap.error(f"unknown program(s) {bad}; known: {sorted(known)}")
+    progs = [known[n] for n in names]
+    for spec in a.args:
+        n, _, args = spec.partition("=")
+        p = known[n]
+        p.argv = [*p.argv[:2], *shlex.split(args)]
+    runs_of = {n: int(v) for n, _, v in (x.partition("=") for x in a.runs_of)}
+    missing = [p.name for p in progs if not p.cwd.exists()]
+    if missing:
+        ap.error(f"not materialised: {missing} (python3 bench/corpus/materialise.py)")
+    logs = a.logs or a.json.parent / "soak-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="gitm-soak-"))
+    g: Gitmd | None = None
+    lock = threading.Lock()
+    for rnd in range(a.rounds):
+        if a.budget_s and time.monotonic() - t_start > a.budget_s:
+            break
+        fresh = rnd % a.fresh_every == 0
+        if fresh or g is None:
+            if g is not None:
+                g.stop()
+            g = Gitmd(base / f"lib{rnd}", CONFIG.format(backend=a.backend))
+        else:
+            g.stop()
+            g = Gitmd(g.prefix, CONFIG.format(backend=a.backend))  # restarted on the same library
+        g.start()
+        before = {j.id for js in jobs_by_name(g).values() for j in js}
+        ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run"]
+
+        def one(p: Program, copy: int, rnd: int = rnd, ctl: list[str] = ctl) -> None:
+            plain = run_once(p, [], logs / f"{p.name}.log", a.timeout_s)
+            with lock:
+                rows.append({"round": rnd, "program": p.name, "copy": copy, "arm": "plain", "i": 0, **plain})
+            for i in range(runs_of.get(p.name, a.runs)):
+                name = f"soak-{p.name}-{copy}"  # the same launch key, so the same workload, for every copy
+                r = run_once(p, [*ctl, "--name", name, "--"], logs / f"{p.name}.log", a.timeout_s)
+                r["same_output"] = r["out"] == plain["out"]
+                with lock:
+                    rows.append(
+                        {"round": rnd, "program": p.name, "copy": copy, "arm": "gitmd", "i": i + 1, **r}
+                    )
+                print(f"round {rnd} {p.name} run {i + 1}: exit {r['exit']} {r['wall_s']} s same "
+                      f"{r['same_output']} clock {r['clock']}", flush=True)  # fmt: skip
+
+        threads = [threading.Thread(target=one, args=(p, c)) for p in progs for c in range(a.copies)]
+        for i in range(0, len(threads), a.parallel):
+            batch = threads[i : i + a.parallel]
+            for t in batch:
+                t.start()
+            for t in batch:
+                t.join()
+        by_name = {n: [j for j in js if j.id not in before] for n, js in jobs_by_name(g).items()}
+        for r in rows:
+            if r["round"] != rnd or r["arm"] != "gitmd":
+                continue
+            js = by_name.get(f"soak-{r['program']}-{r['copy']}", [])
+            if r["i"] - 1 < len(js):
+                j = js[r["i"] - 1]
+                r.update(job=j.id, windows=j.windows, detaches=sum(p.detaches for p in j.processes),
+                         crash_note=j.crash, run_s=j.run_s, policy=j.policy_id)  # fmt: skip
+        rounds.append({"round": rnd, "fresh": fresh, "library": library(g)})
+        a.json.write_text(json.dumps({"argv": sys.argv, "rows": rows, "rounds": rounds}, indent=1))
+    if g is not None:
+        g.stop()
+    summary(rows, rounds)
+    a.json.write_text(json.dumps({"argv": sys.argv, "rows": rows, "rounds": rounds}, indent=1))
+    return 0
+
+
+def died(code: int | None) -> bool:
+    """Killed by a signal: negative from Python, 128 + N from `gitmctl run` (as a shell says it)."""
+    return code is not None and (code < 0 or code > 128)
+
+
+def summary(rows: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> None:
+    head = "program | runs under gitmd | crashed (signal) | other exit != plain | output differs | windows"
+    print(f"\n| {head} | detaches |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in sorted({r["program"] for r in rows}):
+        rs = [r for r in rows if r["program"] == name and r["arm"] == "gitmd"]
+        plain = {(r["round"], r["copy"]): r for r in rows if r["program"] == name and r["arm"] == "plain"}
+        crashed = [r for r in rs if died(r["exit"])]
+        other = [r for r in rs if r["exit"] != plain[(r["round"], r["copy"])]["exit"] and r not in crashed]
+        differs = [r for r in rs if not r.get("same_output")]
+        windows = sum(r.get("windows") or 0 for r in rs)
+        detaches = sum(r.get("detaches") or 0 for r in rs)
+        cells = [name, len(rs), len(crashed), len(other), len(differs), windows, detaches]
+        print("| " + " | ".join(map(str, cells)) + " |")
+    print(
+        "\n| round | workload | policy / trial | claim | program's own clock, plain vs gitmd runs with it |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for rd in rounds:
+        for x in rd["library"]:
+            if "policy" in x:
+                print(f"| {rd['round']} | {x['name']} | policy {x['policy']} {x['status']} {x['env']} | "
+                      f"{x['speedup']} {x['ci']} | see rows with policy {x['policy']} |")  # fmt: skip
+            else:
+                print(f"| {rd['round']} | {x['name']} | trial {x['trial']} {x['lever']} {x['state']} | - | "
+                      f"{x['reason'][:90]} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
