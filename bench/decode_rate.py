@@ -76,20 +76,20 @@ def main() -> int:
     try:
         path = fresh_ring(args.records, capacity, tmp)
         ring = Ring(path)
-        snapshot = ring._words.copy()
+        snapshot = ring.read_rows(0, ring.capacity)
         head = int(ring.hdr["head"])
         t0 = time.perf_counter()
         cold_n = drain_decode(ring, NameTable()).count
         cold = cold_n / (time.perf_counter() - t0)
         for _ in range(args.repeats):  # interleaved: vectorised, then naive, on the same ring contents
-            np.copyto(ring._words, snapshot)
+            ring.write_rows(0, snapshot)
             ring.hdr["tail"] = 0
             ring.hdr["head"] = head
             t0 = time.perf_counter()
             d = drain_decode(ring, NameTable())
             fast.append(d.count / (time.perf_counter() - t0))
             assert d.count == args.records, d.count
-            np.copyto(ring._words, snapshot)
+            ring.write_rows(0, snapshot)
             ring.hdr["tail"] = 0
             t0 = time.perf_counter()
             n = naive(path)

@@ -1,13 +1,17 @@
 """Reading a shim's ring file as hostile input, and writing its control page.
 
-Every size and offset in the header is checked against the file before anything is mapped as
-records; the file is opened with O_NOFOLLOW and must be a regular file. Draining copies the
-contiguous published slots from ``tail`` in one vectorised gather, then advances ``tail``.
+Every size and offset in the header is checked against the file before any record is read; the
+file is opened with O_NOFOLLOW and must be a regular file. gitmd never maps the file: the job's
+user owns it and could shrink it under a mapping, and touching a mapped page past the end kills
+the reader (SIGBUS: any local user could stop gitmd with `truncate -s 0`). Every read is a pread
+and every control write a pwrite on the file (the same page cache the shim maps, so both see each
+other's writes); a read that comes back short means the file shrank: RingShrunk, the ring is
+dropped. Draining copies the contiguous published slots from ``tail`` in one read, then advances
+``tail``.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import time
@@ -34,6 +38,37 @@ class RingNotReady(RingError):
     """The shim is still creating the file (no magic yet); try again later."""
 
 
+class RingShrunk(RingError):
+    """The file is shorter than it was when it was validated (its owner truncated it)."""
+
+
+class Page:
+    """A struct of the ring file (the header, the control page), read and written field by field
+    with pread/pwrite at its offset: ``page["head"]``, ``page["tail"] = n``, ``page.snapshot()``."""
+
+    def __init__(self, ring: Ring, dtype: np.dtype, offset: int) -> None:
+        self._ring, self._dtype, self._offset = ring, dtype, offset
+
+    def _field(self, name: str) -> tuple[np.dtype, int]:
+        fields = self._dtype.fields
+        assert fields is not None
+        sub, off = fields[name][:2]
+        return sub, self._offset + off
+
+    def __getitem__(self, name: str) -> Any:
+        sub, off = self._field(name)
+        data = self._ring.pread(off, sub.itemsize)
+        return np.frombuffer(data, dtype=sub.base).reshape(sub.shape)[()]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        sub, off = self._field(name)
+        self._ring.pwrite(off, np.asarray(value, dtype=sub.base).reshape(sub.shape).tobytes())
+
+    def snapshot(self) -> Any:
+        """The whole struct in one read (a copy)."""
+        return np.frombuffer(self._ring.pread(self._offset, self._dtype.itemsize), dtype=self._dtype)[0]
+
+
 @dataclass(frozen=True)
 class RingStatus:
     pid: int
@@ -55,14 +90,16 @@ class RingStatus:
 
 
 class Ring:
-    """One mapped ring file; ``drain`` for records, the control methods for windows and knobs."""
+    """One ring file, read and written through its descriptor (never mapped); ``drain`` for
+    records, the control methods for windows and knobs."""
 
     def __init__(self, path: Path | str, abi: Abi | None = None, owner_uid: int | None = None) -> None:
-        """Map ``path``. With ``owner_uid`` the file must belong to that uid and have one link: a
+        """Open ``path``. With ``owner_uid`` the file must belong to that uid and have one link: a
         job's user cannot make gitmd write the control page of a file that is not their ring."""
         self.path = Path(path)
         self.abi = abi or load()
         a = self.abi
+        self._fd = -1
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
@@ -80,27 +117,59 @@ class Ring:
                 raise RingError(f"{self.path}: truncated ({size} bytes, less than two pages)")
             if size > MAX_RING_FILE_BYTES:
                 raise RingError(f"{self.path}: absurd size {size} bytes")
-            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
         self.size = size
-        self.hdr: Any = np.frombuffer(self._mm, dtype=a.header, count=1, offset=0)[0]
-        self.ctl: Any = np.frombuffer(self._mm, dtype=a.control, count=1, offset=a.page_size)[0]
-        self._validate()
+        self.inode = (st.st_dev, st.st_ino)
+        self.hdr = Page(self, a.header, 0)
+        self.ctl = Page(self, a.control, a.page_size)
+        try:
+            self._validate()
+        except BaseException:
+            self.close()
+            raise
         cap = int(self.hdr["capacity"])
         self.capacity = cap
         self.mask = cap - 1
-        self.records = np.frombuffer(
-            self._mm, dtype=a.record, count=cap, offset=int(self.hdr["records_offset"])
-        )
-        # The same slots as rows of eight little-endian words: copies of plain rows are memcpy fast.
-        offset = int(self.hdr["records_offset"])
-        self._words = np.frombuffer(self._mm, dtype="<u8", count=cap * 8, offset=offset).reshape(cap, 8)
+        self._records_offset = int(self.hdr["records_offset"])
         self.pid = int(self.hdr["pid"])
         self.start_time_ticks = int(self.hdr["start_time_ticks"])
 
+    # -- the file ----------------------------------------------------------------------------
+    def pread(self, offset: int, n: int) -> bytes:
+        if self._fd < 0:
+            raise RingError(f"{self.path}: closed")
+        try:
+            data = os.pread(self._fd, n, offset)
+        except OSError as e:
+            raise RingError(f"{self.path}: cannot read: {e.strerror}") from e
+        if len(data) < n:
+            raise RingShrunk(f"{self.path}: the file shrank (read {len(data)} of {n} bytes at {offset})")
+        return data
+
+    def pwrite(self, offset: int, data: bytes) -> None:
+        if self._fd < 0:
+            raise RingError(f"{self.path}: closed")
+        try:
+            if os.fstat(self._fd).st_size < self.size:  # never grow a file its owner shrank
+                raise RingShrunk(f"{self.path}: the file shrank; not written")
+            os.pwrite(self._fd, data, offset)
+        except OSError as e:
+            raise RingError(f"{self.path}: cannot write: {e.strerror}") from e
+
+    def read_rows(self, start: int, n: int) -> np.ndarray:
+        """Slots ``start`` .. ``start + n`` (no wrap) as rows of eight little-endian words, a copy."""
+        data = self.pread(self._records_offset + start * 64, n * 64)
+        return np.frombuffer(data, dtype="<u8").reshape(n, 8)
+
+    def write_rows(self, start: int, rows: np.ndarray) -> None:
+        """Slots from ``start`` (tests and benchmarks stand in for a shim with this)."""
+        self.pwrite(self._records_offset + start * 64, np.ascontiguousarray(rows, dtype="<u8").tobytes())
+
     def _validate(self) -> None:
-        a, h = self.abi, self.hdr
+        a, h = self.abi, self.hdr.snapshot()
         magic = int(h["magic"])
         if magic == 0:
             raise RingNotReady(f"{self.path}: not initialised yet")
@@ -125,12 +194,9 @@ class Ring:
             raise RingError(f"{self.path}: control page has the wrong magic")
 
     def close(self) -> None:
-        self.hdr = self.ctl = None
-        self.records = self._words = None  # type: ignore[assignment]
-        try:
-            self._mm.close()
-        except BufferError:
-            pass  # a view still alive elsewhere; the mapping goes when it does
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     # -- reading -----------------------------------------------------------------------------
     def pending(self) -> int:
@@ -138,26 +204,25 @@ class Ring:
         return max(0, min(head - tail, self.capacity))
 
     def peek(self, max_records: int | None = None) -> tuple[np.ndarray, int]:
-        """The published records from tail on as rows of 8 words — a view of the mapping unless the
-        range wraps — and their count. Call ``advance`` once they have been copied out."""
+        """The published records from tail on as rows of 8 words (a copy, read in at most two
+        reads) and their count. Call ``advance`` once they have been used."""
         tail = int(self.hdr["tail"])
         head = int(self.hdr["head"])
         n = head - tail
         if n <= 0 or tail > _MAX_COUNTER:  # nothing, or counters no shim could have written
-            return self._words[:0], 0
+            return np.zeros((0, 8), dtype="<u8"), 0
         n = min(n, self.capacity, max_records or self.capacity)
         start = tail & self.mask
         first = min(n, self.capacity - start)
-        parts = [self._words[start : start + first]]
+        parts = [self.read_rows(start, first)]
         if n > first:
-            parts.append(self._words[: n - first])  # wrapped around
-        # Sequence numbers first; only slots found published are handed out.
-        seq = np.concatenate([p[:, 0] for p in parts]) if len(parts) > 1 else parts[0][:, 0]
-        published = seq == np.arange(tail + 1, tail + n + 1, dtype=np.uint64)
+            parts.append(self.read_rows(0, n - first))  # wrapped around
+        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        # only slots found published are handed out: stop at the first one still being written
+        published = rows[:, 0] == np.arange(tail + 1, tail + n + 1, dtype=np.uint64)
         if not published.all():
-            n = int(np.argmin(published))  # stop at the first slot still being written
-        rows = np.concatenate(parts)[:n] if len(parts) > 1 else parts[0][:n]
-        return rows, n
+            n = int(np.argmin(published))
+        return rows[:n], n
 
     def advance(self, n: int) -> None:
         """Give ``n`` slots back to the producers (after their contents were copied out)."""
@@ -172,12 +237,19 @@ class Ring:
     def drain(self, max_records: int | None = None) -> np.ndarray:
         """Copy the published records from tail on (in order) and advance tail past them."""
         rows, n = self.peek(max_records)
-        out = rows.copy()
         self.advance(n)
-        return out.view(self.abi.record).reshape(-1)
+        return np.ascontiguousarray(rows).view(self.abi.record).reshape(-1)
 
     def status(self) -> RingStatus:
-        h = self.hdr
+        """The header now; RingShrunk once the file is shorter than it was (its records or control
+        page gone, even if the header still reads)."""
+        try:
+            if os.fstat(self._fd).st_size < self.size:
+                raise RingShrunk(f"{self.path}: the file shrank")
+        except OSError as e:
+            raise RingError(f"{self.path}: cannot stat: {e.strerror}") from e
+        h = self.hdr.snapshot()
+        head, tail = int(h["head"]), int(h["tail"])
         return RingStatus(
             pid=int(h["pid"]),
             start_time_ticks=int(h["start_time_ticks"]),
@@ -192,14 +264,15 @@ class Ring:
             windows_opened=int(h["windows_opened"]),
             cupti_version=int(h["cupti_version"]),
             capacity=self.capacity,
-            pending=self.pending(),
+            pending=max(0, min(head - tail, self.capacity)),
             detaches=int(h["detaches"]),
             created_real_ns=int(h["created_real_ns"]),
         )
 
     def clock_pairs(self) -> np.ndarray:
-        count = min(int(self.hdr["clock_pair_count"]), len(self.hdr["clock_pairs"]))
-        pairs = np.array(self.hdr["clock_pairs"][:count])
+        h = self.hdr.snapshot()
+        count = min(int(h["clock_pair_count"]), len(h["clock_pairs"]))
+        pairs = np.array(h["clock_pairs"][:count])
         return pairs[pairs["cupti_ns"] > 0]
 
     # -- control -----------------------------------------------------------------------------
@@ -237,8 +310,7 @@ class Ring:
     def knob(self, op: int, args: tuple[int, ...] = (), timeout_s: float = 2.0) -> tuple[int, list[int]]:
         """Send a knob command; (result, outputs) once the shim acknowledges; TimeoutError if not."""
         c = self.ctl
-        for i in range(4):
-            c["knob_args"][i] = args[i] if i < len(args) else 0
+        c["knob_args"] = [args[i] if i < len(args) else 0 for i in range(4)]
         c["knob_op"] = op
         seq = (int(c["knob_seq"]) + 1) & 0xFFFFFFFF
         c["knob_seq"] = seq

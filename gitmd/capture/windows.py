@@ -8,6 +8,7 @@ jobs), and it gets no windows after that; a process that never had a window cost
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from gitmd.capture.abi import Abi
 from gitmd.capture.context import ContextSampler, WindowContext
 from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
-from gitmd.jobs.liveness import ProcessWatcher, start_ticks
+from gitmd.jobs.liveness import ProcessWatcher, ring_owner_problem, start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +58,40 @@ class ProcessCapture:
     exited: bool | None = None  # set by the pidfd watcher; None: not watched, ask /proc
     observed: bool = False  # its observation ended (GITM_KNOB_DETACH sent): no more windows
     exited_real_ns: int = 0  # when the pidfd watcher saw it exit (0: not seen)
+    broken: str = ""  # why its ring can no longer be read (its owner shrank it): ignored from then
+    last: RingStatus | None = None
 
     @property
     def alive(self) -> bool:
+        if self.broken:
+            return False
         if self.exited is not None:
             return not self.exited
         return process_alive(self.ring.pid, self.ring.start_time_ticks)
+
+    def status(self) -> RingStatus:
+        """The ring's header now; once it cannot be read, the last one read, marked off."""
+        if not self.broken:
+            try:
+                self.last = self.ring.status()
+                return self.last
+            except RingError as e:
+                self.fail(e)
+        last = self.last or RingStatus(
+            self.ring.pid, self.ring.start_time_ticks, "off", "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        )
+        return dataclasses.replace(last, status="off", reason=self.broken[:160])
+
+    def fail(self, e: RingError) -> None:
+        if not self.broken:
+            self.broken = str(e)
+            log.warning("capture: ignoring the ring from now on: %s", e)
 
     @property
     def observable(self) -> bool:
         """Alive and its shim may still open a window: its observation has not ended (by gitmd, or
         by a detach its ring counts, e.g. a shim of the older detach-at-every-window kind)."""
-        return self.alive and not self.observed and self.ring.status().detaches == 0
+        return self.alive and not self.observed and self.status().detaches == 0 and not self.broken
 
 
 @dataclass(frozen=True)
@@ -163,7 +187,12 @@ class CaptureManager:
                 log.warning("capture: %s is not a regular file; ignored", entry.path)
                 continue
             try:
-                pc = ProcessCapture(Ring(entry.path, self.abi, owner_uid=owner))
+                ring = Ring(entry.path, self.abi, owner_uid=owner)
+                why = ring_owner_problem(ring.pid, ring.start_time_ticks, *ring.inode, owner)
+                if why:
+                    ring.close()
+                    raise RingError(f"{entry.path}: {why}: not trusted")
+                pc = ProcessCapture(ring)
                 jc.procs[name] = pc
                 if self.watcher is not None:
                     pc.exited = False
@@ -196,11 +225,14 @@ class CaptureManager:
         out: dict[int, str] = {}
         with jc.lock:
             for pc in jc.procs.values():
-                if pc.observed or not pc.alive or pc.ring.status().windows_opened == 0:
+                if pc.observed or not pc.alive or pc.status().windows_opened == 0:
                     continue
                 pc.observed = True  # whatever the answer: no window after this
                 try:
                     rc, res = pc.ring.knob(self.abi.const("GITM_KNOB_DETACH"), (), timeout_s)
+                except RingError as e:
+                    pc.fail(e)
+                    continue
                 except (TimeoutError, KeyError, OSError) as e:
                     out[pc.ring.pid] = f"not acknowledged: {e}"
                     continue
@@ -217,7 +249,7 @@ class CaptureManager:
             return []
         with jc.lock:
             self.discover(jc)
-            return [(pc.ring.status(), pc.alive) for pc in jc.procs.values()]
+            return [(pc.status(), pc.alive) for pc in jc.procs.values()]
 
     def lifetime_ns(self, job_id: str) -> tuple[int, int] | None:
         """(first CUDA initialisation, last exit) of the job's processes, CLOCK_REALTIME: from the
@@ -229,7 +261,7 @@ class CaptureManager:
         with jc.lock:
             self.discover(jc)
             procs = list(jc.procs.values())
-        born = [pc.ring.status().created_real_ns for pc in procs]
+        born = [pc.status().created_real_ns for pc in procs]
         born = [b for b in born if b > 0]
         if not born:
             return None
@@ -270,31 +302,39 @@ class CaptureManager:
                 self._next_window += 1
             self.discover(jc)
             notes: list[str] = []
-            for pc in jc.procs.values():
-                pc.ring.discard()  # anything left from before is not this window's
             live = {n: pc for n, pc in jc.procs.items() if pc.observable}
             start_real = time.time_ns()
-            seqs = {n: pc.ring.open_window(window_id, mask, self.flush_interval_ms) for n, pc in live.items()}
+            seqs = _each(
+                live,
+                lambda pc: (pc.ring.discard(), pc.ring.open_window(window_id, mask, self.flush_interval_ms))[
+                    1
+                ],
+            )
             self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
             sampler = self.context() if self.context is not None else None
             if sampler is not None:
                 sampler.start([pc.ring.pid for pc in live.values()])
-            base = {n: pc.ring.status().records_written for n, pc in live.items()}
+            base = _each(live, lambda pc: pc.ring.status().records_written)
             try:
                 opened = time.monotonic()
                 deadline = opened + duration_s
                 while (left := deadline - time.monotonic()) > 0:
                     time.sleep(min(left, 0.5 if max_records is None else CAP_POLL_S))
-                    for pc in live.values():
-                        pc.ring.heartbeat()
+                    _each(live, lambda pc: pc.ring.heartbeat())
                     self.discover(jc)  # processes started during the window join it
                     for n, pc in jc.procs.items():
                         if n not in live and pc.observable:
-                            live[n] = pc
-                            base[n] = pc.ring.status().records_written
-                            seqs[n] = pc.ring.open_window(window_id, mask, self.flush_interval_ms)
+                            joined = {n: pc}
+                            got = _each(joined, lambda pc: pc.ring.status().records_written)
+                            seq = _each(
+                                joined,
+                                lambda pc: pc.ring.open_window(window_id, mask, self.flush_interval_ms),
+                            )
+                            if joined:
+                                live[n], base[n], seqs[n] = pc, got[n], seq[n]
                     if max_records is not None:
-                        written = sum(pc.ring.status().records_written - base[n] for n, pc in live.items())
+                        now_written = _each(live, lambda pc: pc.ring.status().records_written)
+                        written = sum(now_written[n] - base[n] for n in live)
                         if written >= max_records and time.monotonic() - opened >= CAP_MIN_S:
                             notes.append(
                                 f"closed after {time.monotonic() - opened:.2f} s of {duration_s:g} s: "
@@ -304,16 +344,21 @@ class CaptureManager:
             finally:  # the sampler thread never outlives its window
                 context = sampler.stop() if sampler is not None else WindowContext.empty()
             notes += context.notes
-            seqs = {n: pc.ring.close_window() for n, pc in live.items()}
+            seqs = _each(live, lambda pc: pc.ring.close_window())
             self._wait_acks(live, seqs, ack_timeout_s, notes, "close")
             end_real = time.time_ns()
             procs = []
-            for pc in live.values():
-                decoded = drain_decode(pc.ring, pc.names, self.abi)
-                status = pc.ring.status()
+            for pc in list(live.values()):
+                try:
+                    decoded = drain_decode(pc.ring, pc.names, self.abi)
+                    status = pc.ring.status()
+                    pairs = _clock_pairs(pc.ring, decoded)
+                except RingError as e:
+                    pc.fail(e)
+                    notes.append(f"pid {pc.ring.pid}: {e}")
+                    continue
                 if status.status in ("stepped_aside", "off"):
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
-                pairs = _clock_pairs(pc.ring, decoded)
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
             result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
             if keep:
@@ -334,7 +379,12 @@ class CaptureManager:
         while pending and time.monotonic() < deadline:
             for n in list(pending):
                 pc = live[n]
-                if pc.ring.acked(pending[n]) or not pc.alive:
+                try:
+                    done = not pc.alive or pc.ring.acked(pending[n])
+                except RingError as e:
+                    pc.fail(e)
+                    done = True
+                if done:
                     del pending[n]
             if pending:
                 time.sleep(0.01)
@@ -352,8 +402,21 @@ class CaptureManager:
                 try:
                     if int(pc.ring.ctl["window_open"]):
                         pc.ring.close_window()
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, RingError):
                     pass
+
+
+def _each(procs: dict[str, ProcessCapture], fn: Callable[[ProcessCapture], Any]) -> dict[str, Any]:
+    """``fn`` on each process's ring; a ring that fails (its file shrank) is dropped from ``procs``
+    and ignored from then on, the others go on."""
+    out = {}
+    for n, pc in list(procs.items()):
+        try:
+            out[n] = fn(pc)
+        except RingError as e:
+            pc.fail(e)
+            del procs[n]
+    return out
 
 
 def _ended(pc: ProcessCapture, _pid: int) -> None:

@@ -24,6 +24,34 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def ring_owner_problem(pid: int, ticks: int, dev: int, ino: int, uid: int) -> str:
+    """Why the process a ring names cannot be taken as that ring's ("" : it can). A ring's header is
+    written by the job's user, so its pid proves nothing by itself: a ring naming another user's (or
+    root's) process would have gitmd list that process under the job and act on it. The process
+    must run as ``uid`` and map this very file (device ``dev``, inode ``ino``), which the shim does
+    before it writes the header's magic. A pid not running with the stated start time is no problem
+    here: such a ring is of an ended process, which gitmd never acts on."""
+    if pid <= 0:
+        return f"names no process (pid {pid})"
+    if start_ticks(pid) != ticks:
+        return ""
+    base = Path(f"/proc/{pid}")
+    try:
+        uid_line = next(x for x in (base / "status").read_text().splitlines() if x.startswith("Uid:"))
+        maps = (base / "maps").read_text()
+    except (OSError, StopIteration):
+        return ""  # it ended meanwhile
+    if start_ticks(pid) != ticks:
+        return ""  # the pid was reused while we read: that one ended
+    real, effective = (int(x) for x in uid_line.split()[1:3])
+    if uid not in (real, effective):
+        return f"names pid {pid}, which runs as uid {real}, not the job's uid {uid}"
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x} {ino} "
+    if not any(want in line for line in maps.splitlines()):
+        return f"names pid {pid}, which does not map this ring file"
+    return ""
+
+
 class ProcessWatcher:
     def __init__(self) -> None:
         self._epoll = select.epoll()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import subprocess
 from collections.abc import Callable
@@ -43,9 +44,13 @@ def make_service(tmp_path: Path) -> Service:
     )
 
 
+_MAPPINGS: list[mmap.mmap] = []  # this process maps the rings that name it, as the shim would
+
+
 def live_ring(job_dir: str, write_ring: Callable[..., Path], age_s: float | None = None) -> None:
-    """A ring in the job's directory whose header names this (living) test process; ``age_s``: the
-    process's age as the ring states it (a first run's first window waits until it is settle_s)."""
+    """A ring in the job's directory whose header names this (living) test process, mapped by it
+    (gitmd trusts a ring's pid only when that process maps the file); ``age_s``: the process's age as
+    the ring states it (a first run's first window waits until it is settle_s)."""
     import time
 
     data = bytearray(write_ring(10, 64).read_bytes())
@@ -54,7 +59,10 @@ def live_ring(job_dir: str, write_ring: Callable[..., Path], age_s: float | None
     data[48:56] = int(stat[19]).to_bytes(8, "little")
     if age_s is not None:
         data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
-    (Path(job_dir) / "ring-1-1.gitm").write_bytes(bytes(data))
+    path = Path(job_dir) / "ring-1-1.gitm"
+    path.write_bytes(bytes(data))
+    with open(path, "r+b") as f:
+        _MAPPINGS.append(mmap.mmap(f.fileno(), 0))
 
 
 def test_reaper_ends_jobs_nobody_reported(tmp_path: Path, shim_tools: Path) -> None:
@@ -153,7 +161,10 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
         v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
         data = bytearray((template / "ring-1-1.gitm").read_bytes())
         data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
-        (Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm").write_bytes(bytes(data))
+        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+        path.write_bytes(bytes(data))
+        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+            _MAPPINGS.append(mmap.mmap(f.fileno(), 0))
         return v.job.id
 
     for _ in range(2):
@@ -512,7 +523,6 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
     import json as _json
-    import sys
 
     if len(os.sched_getaffinity(0)) < 2:
         import pytest
@@ -526,7 +536,7 @@ def test_a_recurring_jobs_live_policy_is_applied_when_its_process_shows(
         plan.policy_id == policy.id
         and _json.loads(_json.dumps(list(policy.live)))[0]["lever"] == "cpu_affinity"
     )
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = _mapping_child(plan.env["GITM_JOB_DIR"])
     try:
         first = min(os.sched_getaffinity(0))
         os.sched_setaffinity(child.pid, {first})  # started squeezed onto one core
@@ -572,7 +582,6 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
     process already on those CPUs gets the policy's intervention recorded (its revert goes back to
     the CPUs the launcher started on; a CPU the host lacks is dropped); one whose launcher ignored the
     plan gets them set from the tick."""
-    import sys
 
     import gitmd.service as service_mod
 
@@ -610,7 +619,7 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
     for honoured in (True, False):
         if not honoured:
             view, plan = svc.register_job(reg)
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        child = _mapping_child(plan.env["GITM_JOB_DIR"])
         try:
             os.sched_setaffinity(child.pid, set(plan.cpus) if honoured else start)
             _ring_for(write_ring, plan.env["GITM_JOB_DIR"], child.pid, threads=1 if honoured else 2)
@@ -729,20 +738,47 @@ def test_runs_a_restarted_gitmd_cannot_measure_are_closed_without_a_step_time(tm
     assert t.state == "running" and t.spoiled() == 1 and t.next_arm() == "B"  # the trial goes on
 
 
+# A process standing for a job's: it maps its ring, as the shim does, once the ring appears (gitmd
+# trusts a ring's pid only when that process maps the file), then idles.
+_MAPPER = """
+import mmap, os, sys, time
+path = os.path.join(sys.argv[1], f"ring-{os.getpid()}-1.gitm")
+while not os.path.exists(path):
+    time.sleep(0.01)
+m = mmap.mmap(os.open(path, os.O_RDWR), 0)
+time.sleep(60)
+"""
+
+
+def _mapping_child(job_dir: str) -> subprocess.Popen[bytes]:
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", _MAPPER, job_dir])
+
+
 def _ring_for(write_ring: Callable[..., Path], job_dir: str, pid: int, threads: int = 1) -> None:
-    """A ring file in the job's directory that names a live process (its pid and start time)."""
+    """A ring file in the job's directory that names a live process (its pid and start time), and
+    that process (a _mapping_child) mapping it."""
+    import time
+
     ring = write_ring(10, 64, threads)  # a directory of its own per call
     data = bytearray(ring.read_bytes())
     data[40:44] = pid.to_bytes(4, "little")
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     data[48:56] = int(stat[19]).to_bytes(8, "little")
-    (Path(job_dir) / f"ring-{pid}-1.gitm").write_bytes(bytes(data))
+    final = Path(job_dir) / f"ring-{pid}-1.gitm"
+    tmp = Path(job_dir) / f".ring-{pid}.tmp"
+    tmp.write_bytes(bytes(data))
+    os.rename(tmp, final)  # whole, at once: the child maps the finished file
+    ino = f" {final.stat().st_ino} "
+    deadline = time.monotonic() + 10
+    while ino not in Path(f"/proc/{pid}/maps").read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_a_background_cotenant_on_the_same_gpu_is_what_cotenant_yield_acts_on(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
-    import sys
 
     svc = make_service(tmp_path)
     me = (os.getuid(), os.getgid())
@@ -751,7 +787,7 @@ def test_a_background_cotenant_on_the_same_gpu_is_what_cotenant_yield_acts_on(
         Registration("elsewhere", ("python", "e.py"), "/srv", *me, gpus=(1,), background=True)
     )
     bg, bg_plan = svc.register_job(Registration("hog", ("python", "h.py"), "/srv", *me, background=True))
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    procs = [_mapping_child(p.env["GITM_JOB_DIR"]) for p in (fg_plan, og_plan, bg_plan)]
     try:
         for i, (plan, p) in enumerate(zip((fg_plan, og_plan, bg_plan), procs, strict=True)):
             _ring_for(write_ring, plan.env["GITM_JOB_DIR"], p.pid, threads=i + 1)

@@ -4,6 +4,7 @@ flushes advance it."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
@@ -14,6 +15,8 @@ from gitmd.capture import abi
 from gitmd.capture.ring import Ring
 from gitmd.capture.windows import CaptureManager
 
+_MAPPINGS: list[mmap.mmap] = []
+
 
 def _live_ring(job_dir: Path, write_ring: Callable[..., Path]) -> Path:
     data = bytearray(write_ring(10, 64).read_bytes())
@@ -22,6 +25,8 @@ def _live_ring(job_dir: Path, write_ring: Callable[..., Path]) -> Path:
     data[48:56] = int(stat[19]).to_bytes(8, "little")
     path = job_dir / "ring-1-1.gitm"
     path.write_bytes(bytes(data))
+    with open(path, "r+b") as f:  # this process maps it, as the shim would: gitmd trusts its pid then
+        _MAPPINGS.append(mmap.mmap(f.fileno(), 0))
     return path
 
 

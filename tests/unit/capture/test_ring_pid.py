@@ -1,0 +1,82 @@
+"""A ring's header is written by the job's user, so the pid it names proves nothing (hardening
+issue, reproduced on the landed code: a ring naming another user's processes made gitmd list them
+under the attacker's job and renice them). gitmd takes a ring's pid only when that process maps
+the ring file and runs as the job's user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gitmd.capture import abi
+from gitmd.capture.windows import CaptureManager
+from gitmd.jobs.liveness import ring_owner_problem, start_ticks
+
+_MAPPER = """
+import mmap, os, sys, time
+m = mmap.mmap(os.open(sys.argv[1], os.O_RDWR), 0)
+print("mapped", flush=True)
+time.sleep(60)
+"""
+
+
+def _naming(write_ring: Callable[..., Path], job_dir: Path, pid: int) -> Path:
+    data = bytearray(write_ring(10 + pid % 1000, 64).read_bytes())
+    data[40:44] = pid.to_bytes(4, "little")
+    data[48:56] = int(start_ticks(pid) or 0).to_bytes(8, "little")
+    path = job_dir / f"ring-{pid}-1.gitm"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_ring_naming_a_process_that_does_not_map_it_is_not_trusted(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        while start_ticks(victim.pid) is None:
+            time.sleep(0.01)
+        spoof = _naming(write_ring, job_dir, victim.pid)
+        st = spoof.stat()
+        why = ring_owner_problem(victim.pid, start_ticks(victim.pid) or 0, st.st_dev, st.st_ino, os.getuid())
+        assert "does not map this ring file" in why
+        assert "runs as uid" in ring_owner_problem(
+            victim.pid, start_ticks(victim.pid) or 0, st.st_dev, st.st_ino, os.getuid() + 1
+        )
+        cm = CaptureManager(abi.load(), ("kernel",), 250)
+        cm.track("j", job_dir)
+        assert cm.processes("j") == [] and cm.ring_paths("j") == {}  # never listed, never acted on
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_the_process_that_maps_its_ring_is_taken(tmp_path: Path, write_ring: Callable[..., Path]) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    holder = tmp_path / "hold"
+    holder.write_bytes(b"\0" * 4096)
+    child = subprocess.Popen([sys.executable, "-c", _MAPPER, str(holder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "mapped"
+        path = _naming(write_ring, job_dir, child.pid)
+        # the child maps another file, not this ring: refused; once it maps the ring: taken
+        cm = CaptureManager(abi.load(), ("kernel",), 250)
+        cm.track("j", job_dir)
+        assert cm.processes("j") == []
+        st = path.stat()
+        assert ring_owner_problem(child.pid, start_ticks(child.pid) or 0, st.st_dev, st.st_ino, os.getuid())
+        # a ring of a process that has ended is no problem: gitmd never acts on it
+        child.kill()
+        child.wait()
+        assert ring_owner_problem(child.pid, 1, st.st_dev, st.st_ino, os.getuid()) == ""
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
