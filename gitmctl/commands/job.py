@@ -91,6 +91,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("id", j.id),
             ("name", j.name),
             ("state", j.state + (f", exit {j.exit_code}" if j.HasField("exit_code") else "")),
+            *([("crash", j.crash)] if j.crash else []),
+            *([("run", f"{j.run_s:.1f} s by its own clock (CUDA start to exit)")] if j.run_s else []),
             ("command", shlex.join(j.command)),
             ("cwd", j.cwd or "-"),
             ("capture", ("on, " + j.runtime_dir) if j.capture else "off"),

@@ -437,3 +437,51 @@ def test_a_background_job_says_so_everywhere(daemon: Daemon, short_tmp: Path) ->
     assert "foreground" in ctl(daemon.socket, "job", fg_id).stdout
     stop2.touch()
     assert fg.wait(30) == 0
+
+
+CRASHY = """
+import ctypes, os, signal, sys
+if os.environ.get("CUDA_INJECTION64_PATH"):
+    ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection()
+print("shim", "on" if os.environ.get("CUDA_INJECTION64_PATH") else "off", flush=True)
+if sys.argv[1] == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+@needs_shim
+def test_a_run_that_crashes_under_gitmd_is_told_apart_and_its_program_then_runs_plainly(
+    daemon: Daemon, short_tmp: Path
+) -> None:
+    """A job that dies of SIGSEGV with gitmd's shim in it may have been killed by gitmd: `gitmctl job`
+    says so, and the same program's next launches run without the shim (and so without windows or
+    trials) until one ends cleanly."""
+    script = short_tmp / "crashy.py"
+    script.write_text(CRASHY)
+
+    def launch(mode: str) -> subprocess.CompletedProcess[str]:
+        return ctl(
+            daemon.socket,
+            "run",
+            "-v",
+            "--launch-key",
+            "crashy",
+            "--",
+            sys.executable,
+            str(script),
+            mode,
+            check=False,
+        )
+
+    r = launch("crash")
+    assert r.returncode == 128 + signal.SIGSEGV and "shim on" in r.stdout
+    (crashed,) = [j for j in ctl_json(daemon.socket, "jobs", "--all")["jobs"] if j.get("exit_code") == -11]
+    shown = ctl(daemon.socket, "job", crashed["id"]).stdout
+    assert "may be gitmd's: died of SIGSEGV" in shown
+    assert "may be gitmd's" in ctl_json(daemon.socket, "job", crashed["id"])["crash"]
+    r = launch("crash")  # the program crashes again, now with nothing of gitmd's in it: its own crash
+    assert "shim off" in r.stdout and "crashed under it" in r.stderr
+    r = launch("ok")
+    assert r.returncode == 0 and "shim off" in r.stdout  # not clean yet before this run
+    r = launch("ok")
+    assert r.returncode == 0 and "shim on" in r.stdout  # a clean run without capture: capture resumes
