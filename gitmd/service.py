@@ -1160,7 +1160,7 @@ class Service:
                 100 * top.share,
                 lever.describe(),
             )
-            self._exp_pool.submit(self._run_experiment, job_id, lever, top.name, cancel)
+            self._exp_pool.submit(self._run_experiment, job_id, lever, top.name, cancel, top.share)
             return
 
     def _job_pids(self, job_id: str) -> tuple[int, ...]:
@@ -1354,7 +1354,9 @@ class Service:
             except (LeverError, GitmdError) as e:
                 log.info("co-tenant yield %d: %s", iv.id, e)
 
-    def _run_experiment(self, job_id: str, lever: Lever, cause: str, cancel: threading.Event) -> None:
+    def _run_experiment(
+        self, job_id: str, lever: Lever, cause: str, cancel: threading.Event, cause_share: float | None = None
+    ) -> None:
         cfg = self.config.experiments
         assert self.capture is not None
         capture = self.capture
@@ -1388,6 +1390,7 @@ class Service:
                 min_gain=cfg.min_gain,
                 cancel=cancel,
                 early_speedup=cfg.early_speedup,
+                cause_share=cause_share,
             )
             d = exp.run()
             if d.promote and d.interval is not None:

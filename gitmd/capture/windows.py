@@ -303,6 +303,12 @@ class CaptureManager:
             self.discover(jc)
             notes: list[str] = []
             live = {n: pc for n, pc in jc.procs.items() if pc.observable}
+            ended = [pc.ring.pid for pc in jc.procs.values() if pc.observed and pc.alive]
+            if ended:
+                notes.append(
+                    f"pid(s) {', '.join(map(str, ended))}: observation ended, no window any more "
+                    "(capture.session_windows)"
+                )
             start_real = time.time_ns()
             seqs = _each(
                 live,

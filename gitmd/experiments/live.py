@@ -66,6 +66,25 @@ def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decisi
     )
 
 
+def beyond_cause(d: Decision, cause: str, share: float | None) -> Decision | None:
+    """The decision overturned when the promoted speedup exceeds what removing its cause could give:
+    attribution measured the cause at ``share`` of the window, so at most 1 / (1 - share). A gain
+    above that is a measurement error, not a win (a launch trial stored 3.0x on a cause costing 17%,
+    H200 2026-12-03)."""
+    if not (d.promote and d.interval is not None and share is not None and 0 < share < 1):
+        return None
+    bound = 1.0 / (1.0 - share)
+    if d.interval.low <= bound * (1 + PLAUSIBLE_SLACK):
+        return None
+    return Decision(
+        False,
+        f"implausible: {d.interval.speedup:.3f}x measured (95% {d.interval.low:.3f}-{d.interval.high:.3f}) "
+        f"but {cause} cost {share:.0%} of the job's time: removing all of it gives at most {bound:.3f}x; "
+        "a measurement error, not promoted",
+        d.interval,
+    )
+
+
 @dataclass
 class Experiment:
     id: int
@@ -178,7 +197,11 @@ class LiveExperiment:
         min_gain: float = MIN_GAIN,
         cancel: threading.Event | None = None,
         early_speedup: float = 0.0,
+        cause_share: float | None = None,
     ) -> None:
+        """``cause_share``: the share of the job's time attribution gave the cause the lever
+        addresses (its bound: no gain beyond removing all of it is believed)."""
+        self.cause_share = cause_share
         self.experiments = experiments
         self.interventions = interventions
         self.job_id = job_id
@@ -263,7 +286,7 @@ class LiveExperiment:
         failures = ("NaN or Inf in payload samples under the treatment",) if nonfinite else ()
         verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
         d = early or decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)
-        d = implausible(self.lever, d, busy) or d
+        d = implausible(self.lever, d, busy) or beyond_cause(d, self.cause, self.cause_share) or d
         self.exp.state = "decided"
         self.exp.decision = decision_json(d)
         self.experiments.update(self.exp)

@@ -39,8 +39,10 @@ def ring_owner_problem(pid: int, ticks: int, dev: int, ino: int, uid: int) -> st
     try:
         uid_line = next(x for x in (base / "status").read_text().splitlines() if x.startswith("Uid:"))
         maps = (base / "maps").read_text()
-    except (OSError, StopIteration):
+    except (FileNotFoundError, ProcessLookupError, StopIteration):
         return ""  # it ended meanwhile
+    except OSError as e:  # e.g. gitmd not root and the process another user's: unproven, refused
+        return f"names pid {pid}, whose memory map cannot be read ({e.strerror})"
     if start_ticks(pid) != ticks:
         return ""  # the pid was reused while we read: that one ended
     real, effective = (int(x) for x in uid_line.split()[1:3])

@@ -172,3 +172,19 @@ def test_the_gpu_busy_share_of_real_windows() -> None:
     en = np.array([11, 21, 41] * 4) * 1_000
     assert gpu_busy(st, en) == pytest.approx(30 / 40)
     assert gpu_busy(st[:3], en[:3]) is None  # too few kernels to say
+
+
+def test_a_live_gain_beyond_what_its_cause_costs_is_not_believed() -> None:
+    """Every live lever is bounded by its cause: a cause measured at 17% of the job's time allows at
+    most 1.20x, so a 3.0x interval is a measurement error; the same interval on a cause costing 80%
+    stands, and so does a modest gain within the bound."""
+    from gitmd.experiments.decide import Decision, Interval
+    from gitmd.experiments.live import beyond_cause
+
+    big = Decision(True, "3.025x faster", Interval(3.025, 2.61, 3.4, 3, True))
+    d = beyond_cause(big, "launch_bound", 0.17)
+    assert d is not None and not d.promote and "implausible" in d.reason and "1.205x" in d.reason
+    assert beyond_cause(big, "launch_bound", 0.8) is None
+    modest = Decision(True, "1.1x faster", Interval(1.1, 1.05, 1.15, 3, True))
+    assert beyond_cause(modest, "launch_bound", 0.17) is None
+    assert beyond_cause(big, "launch_bound", None) is None  # no share measured: no bound to apply
