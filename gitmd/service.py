@@ -801,6 +801,13 @@ class Service:
         if window_id and window_id in kept:
             return kept[window_id]
         jc = self.capture.get(job.id) if self.capture is not None else None
+        if jc is None and job.state in ("exited", "lost"):
+            code = f", exit {job.exit_code}" if job.exit_code is not None else ""
+            crash = f"; {job.crash}" if job.crash else ""
+            raise InvalidArgumentError(
+                f"job {job.id} ({job.name}) has ended ({job.state}{code}{crash}); gitmd keeps the reports "
+                "of running jobs only: `gitmctl job` shows what its run came to"
+            )
         if jc is None:
             raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
         window = jc.last

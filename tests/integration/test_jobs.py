@@ -479,6 +479,8 @@ def test_a_run_that_crashes_under_gitmd_is_told_apart_and_its_program_then_runs_
     shown = ctl(daemon.socket, "job", crashed["id"]).stdout
     assert "may be gitmd's: died of SIGSEGV" in shown
     assert "may be gitmd's" in ctl_json(daemon.socket, "job", crashed["id"])["crash"]
+    said = ctl(daemon.socket, "explain", crashed["id"], check=False)
+    assert "may be gitmd's: died of SIGSEGV" in said.stdout + said.stderr
     r = launch("crash")  # the program crashes again, now with nothing of gitmd's in it: its own crash
     assert "shim off" in r.stdout and "crashed under it" in r.stderr
     r = launch("ok")

@@ -940,7 +940,7 @@ def test_an_experiment_needs_its_cause_in_two_windows_in_a_row(tmp_path: Path) -
     tried: list[tuple[str, str]] = []
     svc.attribution = attribution  # type: ignore[method-assign]
     svc._live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
-    svc._exp_pool.submit = lambda fn, job_id, lever, cause, cancel: tried.append((job_id, cause))  # type: ignore[method-assign,assignment,misc]
+    svc._exp_pool.submit = lambda fn, job_id, lever, cause, cancel, share: tried.append((job_id, cause))  # type: ignore[method-assign,assignment,misc]
 
     def run() -> str:
         view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
