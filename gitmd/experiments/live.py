@@ -47,23 +47,24 @@ class Measurement:
 PLAUSIBLE_SLACK = 0.02
 
 
+def _above(d: Decision, bound: float, why: str, verdict: str) -> Decision | None:
+    """``d`` overturned when its promoted interval lies above ``bound`` (by more than the slack)."""
+    if not d.promote or d.interval is None or d.interval.low <= bound * (1 + PLAUSIBLE_SLACK):
+        return None
+    iv = d.interval
+    measured = f"{iv.speedup:.3f}x measured (95% {iv.low:.3f}-{iv.high:.3f})"
+    return Decision(False, f"{measured} but {why} at most {bound:.3f}x; {verdict}", iv)
+
+
 def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decision | None:
     """The decision overturned when a host-only lever's promoted speedup exceeds what the GPU's
     own work in the baseline windows allows (a bf16 GEMM job queueing 50 steps ahead, H200
     2026-12-03: cpu_affinity measured 1.21x, 95% 1.07-1.35, delivered 1.001x)."""
-    if not (d.promote and lever.host_only and d.interval is not None and baseline_busy):
+    if not (lever.host_only and baseline_busy):
         return None
     busy = sorted(baseline_busy)[len(baseline_busy) // 2]
-    bound = 1.0 / busy
-    if d.interval.low <= bound * (1 + PLAUSIBLE_SLACK):
-        return None
-    return Decision(
-        False,
-        f"{d.interval.speedup:.3f}x measured (95% {d.interval.low:.3f}-{d.interval.high:.3f}) but the GPU "
-        f"was busy {busy:.1%} of the baseline windows: a change to the host threads can give at most "
-        f"{bound:.3f}x; a measurement artifact, not promoted",
-        d.interval,
-    )
+    why = f"the GPU was busy {busy:.1%} of the baseline windows: a change to the host threads can give"
+    return _above(d, 1.0 / busy, why, "a measurement artifact, not promoted")
 
 
 def beyond_cause(d: Decision, cause: str, share: float | None) -> Decision | None:
@@ -71,18 +72,10 @@ def beyond_cause(d: Decision, cause: str, share: float | None) -> Decision | Non
     attribution measured the cause at ``share`` of the window, so at most 1 / (1 - share). A gain
     above that is a measurement error, not a win (a launch trial stored 3.0x on a cause costing 17%,
     H200 2026-12-03)."""
-    if not (d.promote and d.interval is not None and share is not None and 0 < share < 1):
+    if share is None or not 0 < share < 1:
         return None
-    bound = 1.0 / (1.0 - share)
-    if d.interval.low <= bound * (1 + PLAUSIBLE_SLACK):
-        return None
-    return Decision(
-        False,
-        f"implausible: {d.interval.speedup:.3f}x measured (95% {d.interval.low:.3f}-{d.interval.high:.3f}) "
-        f"but {cause} cost {share:.0%} of the job's time: removing all of it gives at most {bound:.3f}x; "
-        "a measurement error, not promoted",
-        d.interval,
-    )
+    why = f"{cause} cost {share:.0%} of the job's time: removing all of it gives"
+    return _above(d, 1.0 / (1.0 - share), why, "implausible, a measurement error, not promoted")
 
 
 @dataclass

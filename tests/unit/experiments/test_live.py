@@ -73,6 +73,7 @@ def run(
     hog: bool,
     busy: float | None = None,
     early: float = 0.0,
+    to: int | None = None,
 ) -> tuple[bool, dict, set[int]]:
     job = spawn(JOB, cpus[0], str(steps))
     hogs = [spawn(HOG, cpus[0]) for _ in range(2)] if hog else []
@@ -85,7 +86,7 @@ def run(
             ExperimentStore(store),
             ivs,
             "job1",
-            CpuAffinity(cpus=[cpus[1]]),
+            CpuAffinity(cpus=[cpus[1] if to is None else to]),
             "host_contention",
             target=lambda: Target(pids=(job.pid,)),
             measure=lambda: next(m),
@@ -125,7 +126,10 @@ def test_an_effect_far_beyond_the_drift_is_promoted_after_two_pairs(
 
 
 def test_nothing_to_gain_leaves_the_job_as_it_was(tmp_path: Path, cpus: tuple[int, int], steps: Path) -> None:
-    promoted, decision, affinity = run(tmp_path, cpus, steps, hog=False)
+    """A treatment that changes nothing the job depends on (its own core again, no hog) is not
+    promoted, and the job is left where it was. (Not "the other core": on a 2-core CI machine the two
+    cores are not equal — pytest and kernel threads share one — and moving there measured 1.12x.)"""
+    promoted, decision, affinity = run(tmp_path, cpus, steps, hog=False, to=cpus[0])
     assert not promoted, decision
     assert affinity == {cpus[0]}  # back to where the job was, not to a default
 
