@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from gitmd.daemon import Daemon
 
     try:
-        return Daemon(cfg).run_forever()
+        return Daemon(cfg, reload=lambda: build_config(args)).run_forever()
     except GitmdError as e:
         print(f"gitmd: {e}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ then the reverse order; each step runs even when an earlier one failed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -25,6 +26,7 @@ from gitmd.config import Config
 from gitmd.errors import GitmdError
 from gitmd.jobs.liveness import ProcessWatcher
 from gitmd.jobs.registry import JobRegistry
+from gitmd.levers.registry import env_variables
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
 from gitmd.store.library import Library
@@ -52,9 +54,13 @@ def backend_factories(config: Config) -> dict[str, Callable[[], TelemetryBackend
 
 
 class Daemon:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, reload: Callable[[], Config] | None = None) -> None:
+        """``reload``: reads the configuration anew (SIGHUP, `systemctl reload gitmd`)."""
         self.config = config
-        self.stopped = threading.Event()
+        self.stopped = threading.Event()  # a stop was asked (SIGTERM, SIGINT)
+        self.reload_asked = threading.Event()  # a reload was asked (SIGHUP)
+        self._wake = threading.Event()  # either: the main loop looks
+        self._reload = reload
         self._cleanup: list[tuple[str, Callable[[], None]]] = []
 
     def _on_stop(self, what: str, fn: Callable[[], None]) -> None:
@@ -124,7 +130,8 @@ class Daemon:
 
             capture = self._capture_manager(backend)
             jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
-            self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, Library(store))
+            library = Library(store, allowed_env=env_variables())
+            self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, library)
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
             scheduler.add_job(self.service.cpu_load.sample, "interval", seconds=1.0, id="cpu-load")
             if capture is not None:
@@ -204,20 +211,59 @@ class Daemon:
             except Exception:
                 log.exception("stopping %s failed", what)
 
+    def reload(self) -> None:
+        """SIGHUP: the configuration read anew. The log level applies at once; any other change is
+        logged as needing a restart (the running service keeps its settings). A configuration that
+        does not parse changes nothing and is logged. Never stops gitmd: before this handler,
+        SIGHUP ended it with a clean exit, which systemd does not restart."""
+        sdnotify.notify("RELOADING=1")
+        try:
+            if self._reload is None:
+                log.info("SIGHUP: no configuration to read again (started without one)")
+                return
+            try:
+                new = self._reload()
+            except GitmdError as e:
+                log.error("SIGHUP: configuration not reloaded, nothing changed: %s", e)
+                return
+            if new.daemon.log_level != self.config.daemon.log_level:
+                logging.getLogger().setLevel(new.daemon.log_level.upper())
+                log.warning("SIGHUP: log level now %s", new.daemon.log_level)
+            old, now = self.config.summary(), new.summary()
+            changed = sorted(k for k in {*old, *now} if k != "daemon.log_level" and old.get(k) != now.get(k))
+            if changed:
+                log.warning("SIGHUP: these settings take effect at the next restart: %s", ", ".join(changed))
+            else:
+                log.info("SIGHUP: configuration read again; nothing else changed")
+            self.config = dataclasses.replace(self.config, daemon=dataclasses.replace(
+                self.config.daemon, log_level=new.daemon.log_level))  # fmt: skip
+        finally:
+            sdnotify.notify("READY=1")
+
     def run_forever(self) -> int:
         def request_stop(signum: int, _frame: FrameType | None) -> None:
             log.info("received %s, stopping", signal.Signals(signum).name)
             self.stopped.set()
+            self._wake.set()
+
+        def request_reload(_signum: int, _frame: FrameType | None) -> None:
+            self.reload_asked.set()
+            self._wake.set()
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGHUP, request_reload)
         try:
             self.start()
         except GitmdError as e:
             log.error("cannot start: %s", e)
             return 1
-        while not self.stopped.wait(3600):
-            pass
+        while not self.stopped.is_set():
+            self._wake.wait(3600)
+            self._wake.clear()
+            if self.reload_asked.is_set() and not self.stopped.is_set():
+                self.reload_asked.clear()
+                self.reload()
         sdnotify.notify("STOPPING=1")
         self.stop()
         log.info("gitmd stopped")

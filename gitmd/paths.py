@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import IO
 
@@ -48,10 +49,17 @@ class InstanceLock:
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
+        # never through a link, and only a regular file: with the socket in a directory others can
+        # write, a planted symlink made gitmd overwrite a root-owned file with its pid
         try:
-            fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the daemon's life
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            raise StartupError(f"cannot open lock file {self.path}: {e.strerror}") from e
+            why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror
+            raise StartupError(f"cannot open lock file {self.path}: {why}") from e
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StartupError(f"cannot open lock file {self.path}: not a regular file")
+        fh = open(fd, "r+", encoding="utf-8")  # noqa: SIM115 - held for the daemon's life
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -59,6 +59,11 @@ CATALOG: dict[str, type[Lever]] = {
 }
 
 
+def env_variables() -> frozenset[str]:
+    """Every environment variable a launch lever of the catalog sets: the only ones a policy may."""
+    return frozenset(v for cls in CATALOG.values() for v in getattr(cls, "variables", ()))
+
+
 def make(name: str, **setting: Any) -> Lever:
     try:
         return CATALOG[name](**setting)

@@ -141,8 +141,11 @@ def _policy(r: dict[str, Any]) -> Policy:
 
 
 class Library:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, allowed_env: frozenset[str] | None = None) -> None:
+        """``allowed_env``: the only variables a policy may set — the launch levers' own
+        (gitmd.levers.registry.env_variables, wired by the daemon); None: any not forbidden."""
         self.store = store
+        self.allowed_env = allowed_env
 
     # -- reading -------------------------------------------------------------------------------
     def _workload(self, db: Any, row: dict[str, Any]) -> Workload:
@@ -297,7 +300,7 @@ class Library:
     def import_(self, raw: bytes) -> tuple[int, int]:
         """Merge a document; (workloads, policies) added. Raises InvalidArgumentError and changes
         nothing when anything in it is wrong or would silently replace a pinned policy."""
-        doc = validate_document(raw)
+        doc = validate_document(raw, self.allowed_env)
         now = time.time_ns()
         added_w = added_p = 0
         with self.store.transaction() as db:
@@ -388,7 +391,7 @@ class Library:
         live: Sequence[dict[str, Any]] | None = None,
     ) -> Policy:
         """A policy from an experiment (the experiments engine calls this)."""
-        check_env(env, "env")
+        check_env(env, "env", self.allowed_env)
         check_live(list(live or []), "live")
         if status not in STATUSES:
             raise InvalidArgumentError(f"status must be one of {STATUSES}")
@@ -431,7 +434,10 @@ def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
-def check_env(env: Any, where: str) -> None:
+def check_env(env: Any, where: str, allowed: frozenset[str] | None = None) -> None:
+    """A policy's environment: names and values sane, nothing that would run code in the job or take
+    the shim away (FORBIDDEN_ENV, GITM_*), and with ``allowed`` only those variables (an imported
+    policy setting BASH_ENV, NODE_OPTIONS or GLIBC_TUNABLES ran a payload as the job's user)."""
     _typed(env, dict, where)
     if len(env) > MAX_ENV:
         raise _fail(where, f"more than {MAX_ENV} variables")
@@ -440,6 +446,8 @@ def check_env(env: Any, where: str) -> None:
             raise _fail(where, f"{k!r} is not an environment variable name")
         if k in FORBIDDEN_ENV or k.startswith("GITM_"):
             raise _fail(where, f"{k} may not be set by a policy")
+        if allowed is not None and k not in allowed:
+            raise _fail(where, f"{k} is not a variable any lever of gitmd's catalog sets")
         if not isinstance(v, str) or len(v) > 4096 or "\0" in v:
             raise _fail(f"{where}.{k}", "must be a string of at most 4096 characters without NUL")
 
@@ -486,7 +494,7 @@ def _number(v: Any, where: str, optional: bool = True) -> None:
         raise _fail(where, "must be finite")
 
 
-def validate_document(raw: bytes) -> dict[str, Any]:
+def validate_document(raw: bytes, allowed_env: frozenset[str] | None = None) -> dict[str, Any]:
     if len(raw) > MAX_IMPORT_BYTES:
         raise _fail("document", f"larger than {MAX_IMPORT_BYTES} bytes")
     try:
@@ -534,7 +542,7 @@ def validate_document(raw: bytes) -> dict[str, Any]:
         for j, p in enumerate(pols):
             pat = f"{at}.policies[{j}]"
             _typed(p, dict, pat)
-            check_env(p.get("env"), f"{pat}.env")
+            check_env(p.get("env"), f"{pat}.env", allowed_env)
             check_live(p.setdefault("live", []), f"{pat}.live")
             if p.get("status") not in STATUSES:
                 raise _fail(f"{pat}.status", f"must be one of {', '.join(STATUSES)}")

@@ -205,3 +205,32 @@ def test_explain_a_capture_offline(short_tmp: Path) -> None:
     bad.write_bytes(b"not a capture")
     r = ctl(short_tmp / "no.sock", "explain", "--capture", str(bad), check=False)
     assert r.returncode == 2 and "not a gitm capture file" in r.stderr
+
+
+def test_sighup_reloads_the_config_and_never_stops_gitmd(daemon_factory: Any, short_tmp: Path) -> None:
+    """SIGHUP (`systemctl reload gitmd`) used to end gitmd with a clean exit, which systemd does not
+    restart. Now it reads the config again: the log level applies at once, other changes are named
+    as needing a restart, a broken config changes nothing, and gitmd keeps serving."""
+    addr = short_tmp / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(addr))
+    sock.settimeout(20)
+    d = daemon_factory(env={"NOTIFY_SOCKET": str(addr)})
+    assert sock.recv(4096).decode().startswith("READY=1")
+    assert d.proc is not None and d.config is not None
+    text = d.config.read_text()
+    d.config.write_text(
+        text.replace("interval_s = 0.2", "interval_s = 0.5") + '\n[daemon]\nlog_level = "debug"\n'
+    )
+    d.proc.send_signal(signal.SIGHUP)
+    assert sock.recv(4096).decode() == "RELOADING=1" and sock.recv(4096).decode() == "READY=1"
+    d.config.write_text("[telemetry]\nbackend = 7\n")
+    d.proc.send_signal(signal.SIGHUP)
+    assert sock.recv(4096).decode() == "RELOADING=1" and sock.recv(4096).decode() == "READY=1"
+    assert d.proc.poll() is None and ctl(d.socket, "status", check=False).returncode == 0
+    log = d.log()
+    assert "log level now debug" in log and "telemetry.interval_s" in log and "next restart" in log
+    assert "configuration not reloaded, nothing changed" in log
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(15) == 0
+    sock.close()

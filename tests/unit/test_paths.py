@@ -52,3 +52,21 @@ def test_non_socket_is_never_replaced(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match="not a socket"):
         clear_stale_socket(path)
     assert path.read_text() == "precious"
+
+
+def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:
+    """With the socket in a directory others can write, a planted symlink made gitmd overwrite a
+    root-owned file with its pid (hardening issue): the lock is refused and the target untouched."""
+    import pytest
+
+    from gitmd.errors import StartupError
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "l").symlink_to(victim)
+    with pytest.raises(StartupError, match="symbolic link"):
+        InstanceLock(tmp_path / "l", "socket").acquire()
+    assert victim.read_text() == "precious\n"
+    (tmp_path / "d").mkdir()
+    with pytest.raises(StartupError, match="cannot open lock file"):
+        InstanceLock(tmp_path / "d", "socket").acquire()

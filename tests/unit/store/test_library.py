@@ -183,3 +183,43 @@ def test_live_policies_round_trip_and_apply_beside_an_environment_policy(tmp_pat
     assert (
         src.get(wid).active_policy_for(0) == pinned and src.get(wid).live_policy_for(0) is None
     )  # a pin is what runs
+
+
+def test_a_policy_may_set_only_the_catalogs_own_variables(tmp_path: Path) -> None:
+    """An imported (or stored) policy that sets BASH_ENV, NODE_OPTIONS, GLIBC_TUNABLES… ran a
+    payload as the job's user (hardening issue): with the catalog's variables as the allowlist, as
+    the daemon wires it, they are refused and nothing is written; the levers' own pass."""
+    import json
+
+    import pytest
+
+    from gitmd.errors import InvalidArgumentError
+    from gitmd.levers.registry import env_variables
+    from gitmd.store.db import Store
+    from gitmd.store.library import Library
+
+    lib = Library(Store(tmp_path / "l.db"), allowed_env=env_variables())
+    assert {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "PYTORCH_CUDA_ALLOC_CONF"} <= env_variables()
+    for name in ("BASH_ENV", "NODE_OPTIONS", "GLIBC_TUNABLES", "NCCL_NET_PLUGIN", "PYTHONUSERBASE",
+                 "CUDA_VISIBLE_DEVICES"):  # fmt: skip
+        doc = {
+            "format": "gitm-library",
+            "version": 1,
+            "workloads": [
+                {
+                    "id": "00c0ffee0001",
+                    "name": "x",
+                    "signature": {"sequence": ["k"], "shares": {"k": 1.0}},
+                    "first_seen_ns": 1,
+                    "last_seen_ns": 1,
+                    "run_count": 1,
+                    "launch_keys": ["x"],
+                    "policies": [{"env": {name: "1"}, "status": "validated"}],
+                }
+            ],
+        }
+        with pytest.raises(InvalidArgumentError, match=name):
+            lib.import_(json.dumps(doc).encode())
+        assert lib.list() == []
+        doc["workloads"][0]["policies"][0]["env"] = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # type: ignore[index]
+    assert lib.import_(json.dumps(doc).encode()) == (1, 1)
