@@ -27,6 +27,7 @@ from gitmd.store import audit
 from gitmd.store.db import Store
 
 MAX_NAME = 200
+MAX_CWD = 4096  # PATH_MAX
 MAX_COMMAND_ARGS = 4096
 MAX_COMMAND_BYTES = 1 << 20
 _NAME_OK = re.compile(r"^[\w.\-:@+/ ]*$")
@@ -149,7 +150,7 @@ class JobRegistry:
             raise InvalidArgumentError("gpus must be GPU indices")
         if len(reg.scheduler_job_id) > 256 or "\0" in reg.scheduler_job_id:
             raise InvalidArgumentError("scheduler job id must be at most 256 characters without NUL")
-        if len(name) > MAX_NAME or not _NAME_OK.match(name):
+        if len(name) > MAX_NAME or not _NAME_OK.fullmatch(name):
             raise InvalidArgumentError(
                 f"job name must be at most {MAX_NAME} of letters, digits, . - _ : @ + / space"
             )
@@ -157,6 +158,8 @@ class JobRegistry:
             raise InvalidArgumentError("command too long")
         if any("\0" in a for a in command) or "\0" in cwd:
             raise InvalidArgumentError("command and cwd must not contain NUL bytes")
+        if len(cwd) > MAX_CWD:  # a 50 MB cwd made every later `gitmctl jobs` too large to answer
+            raise InvalidArgumentError(f"cwd must be at most {MAX_CWD} characters (a path)")
         if len(key) > 4096 or "\0" in key:
             raise InvalidArgumentError("launch key must be at most 4096 characters without NUL")
         key = key or launch_key(command, cwd)

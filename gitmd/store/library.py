@@ -442,7 +442,7 @@ def check_env(env: Any, where: str, allowed: frozenset[str] | None = None) -> No
     if len(env) > MAX_ENV:
         raise _fail(where, f"more than {MAX_ENV} variables")
     for k, v in env.items():
-        if not isinstance(k, str) or not _ENV_NAME.match(k):
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
             raise _fail(where, f"{k!r} is not an environment variable name")
         if k in FORBIDDEN_ENV or k.startswith("GITM_"):
             raise _fail(where, f"{k} may not be set by a policy")
@@ -516,7 +516,7 @@ def validate_document(raw: bytes, allowed_env: frozenset[str] | None = None) -> 
         at = f"workloads[{i}]"
         _typed(w, dict, at)
         wid = _typed(w.get("id"), str, f"{at}.id")
-        if not _ID.match(wid) or wid in seen:
+        if not _ID.fullmatch(wid) or wid in seen:
             raise _fail(f"{at}.id", "must be 12 hex digits, once")
         seen.add(wid)
         if len(_typed(w.get("name", ""), str, f"{at}.name")) > 200:

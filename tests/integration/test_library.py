@@ -10,7 +10,9 @@ from pathlib import Path
 from gitmd.jobs.launch_key import launch_key
 from tests.integration.conftest import Daemon, command, ctl, ctl_json
 
-PROBE = "import os; print(os.environ.get('TEST_KNOB', '-'), os.environ.get('GITM_JOB_ID', '-'))"
+PROBE = (
+    "import os; print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS', '-'), os.environ.get('GITM_JOB_ID', '-'))"
+)
 
 
 def document(key: str) -> dict:
@@ -46,7 +48,7 @@ def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tm
     doc["workloads"][0]["policies"] = [
         {"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "status": "validated", "speedup": 1.02},
         {
-            "env": {"TEST_KNOB": "on"},
+            "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "8"},  # a catalog lever's variable: no other may be set
             "status": "pinned",
             "speedup": 1.3,
             "ci_low": 1.2,
@@ -84,7 +86,7 @@ def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tm
     )
     assert r.returncode == 0, r.stderr
     knob, job_id = r.stdout.split()
-    assert knob == "on", "the pinned policy's settings reach the job at launch"
+    assert knob == "8", "the pinned policy's settings reach the job at launch"
     assert "known workload 00c0ffee0001" in r.stderr
     job = ctl_json(daemon.socket, "job", job_id)
     assert job["workload_id"] == "00c0ffee0001" and job["launch_key"] == key

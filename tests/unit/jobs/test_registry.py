@@ -72,6 +72,11 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path, shim: Path) ->
             reg.register(Registration(name, cmd, "", 0, 0))
     with pytest.raises(InvalidArgumentError, match="GPU indices"):
         reg.register(Registration("ok", ("x",), "", 0, 0, gpus=(-1,)))
+    # a name with a trailing newline (a `$` anchor let it through) and a cwd no path can have
+    with pytest.raises(InvalidArgumentError, match="job name"):
+        reg.register(Registration("train\n", ("x",), "", 0, 0))
+    with pytest.raises(InvalidArgumentError, match="cwd must be at most"):
+        reg.register(Registration("ok", ("x",), "/" + "a" * 5000, 0, 0))
     assert reg.list(True) == []
     with pytest.raises(NotFoundError):
         reg.get("nothing")

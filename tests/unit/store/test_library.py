@@ -223,3 +223,13 @@ def test_a_policy_may_set_only_the_catalogs_own_variables(tmp_path: Path) -> Non
         assert lib.list() == []
         doc["workloads"][0]["policies"][0]["env"] = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # type: ignore[index]
     assert lib.import_(json.dumps(doc).encode()) == (1, 1)
+
+
+def test_names_are_matched_whole_not_up_to_a_trailing_newline() -> None:
+    import pytest
+
+    from gitmd.errors import InvalidArgumentError
+    from gitmd.store.library import check_env
+
+    with pytest.raises(InvalidArgumentError, match="environment variable name"):
+        check_env({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE\n": "1"}, "env")
