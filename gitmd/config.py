@@ -66,13 +66,12 @@ class CaptureConfig:
     # so what a full window costs it, is unknown until a window has seen it; 0: as long as the others
     first_window_s: float = 0.25
     # a recurring job whose earlier runs lasted at least twice this long gets its first duty window
-    # once its processes are this old: until then the shim cannot detach CUPTI after a window
-    # (shim/src/detach_rule.h: detaching during start-up crashed jobs inside CUPTI), so a start-up
-    # window costs a launch-bound job CUPTI's instrumentation (~40% on the H200) until then, and
+    # once its processes are this old: from a process's first window on CUPTI stays attached to it
+    # (~40% per launch on a launch-bound loop, H200), so an earlier window costs that for longer, and
     # start-up windows rarely show the step; a job that got its workload's policy and is not explored
-    # waits too, and so does a first run (taken as long until it has shown otherwise); short jobs,
-    # launch trials' runs and jobs with a live policy whose lever needs a window keep the early
-    # window; 0: no wait
+    # waits too, and so does a first run (taken as long until it has shown otherwise); short jobs and
+    # jobs with a live policy whose lever needs a window keep the early window (launch trials' runs
+    # get none); 0: no wait
     settle_s: float = 10.0
     # a process is observed in one stretch: once this many windows of its job are analysed, it is
     # settled and nothing gitmd runs on it needs another (an experiment, a live lever that acts

@@ -333,17 +333,17 @@ class Service:
     def _settles(self, job: Job, plan: LaunchPlan) -> str:
         """Why the job's first duty window waits until its processes are capture.settle_s old ("":
         it does not).
-        Until then the shim closes a window without detaching CUPTI (detaching during start-up
-        crashed jobs inside CUPTI), so a start-up window costs a launch-bound job CUPTI's
-        instrumentation (~40%) until the process is settle_s old, and start-up rarely shows the step.
+        From a process's first window on, CUPTI stays attached to it with its activity off (the shim
+        never detaches it by default: detaching crashed jobs), which costs a launch-bound job ~40%;
+        an earlier first window costs that for longer, and start-up rarely shows the step.
         A job is taken as long until it has shown otherwise: a first run waits (CuPy control, H200
         2026-12-03: its first 30-s run +18.1% with a window at start-up, its recurring ones +2.6%),
         as does a recurring job whose earlier runs (the latest three) all lasted at least twice
         settle_s, and one that got its workload's policy and is not explored (_known: contended's
         policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd).
         A job one of whose runs was shorter keeps the early window (its start-up is most of its
-        life), as do a launch trial's run (it exists to be measured, both arms alike) and one with a
-        live policy whose lever needs a window to find what it acts on (a stream, a buffer)."""
+        life), as does one with a live policy whose lever needs a window to find what it acts on (a
+        stream, a buffer). A launch trial's run gets no window at all (its own clock measures it)."""
         settle = self.config.capture.settle_s
         if settle <= 0 or plan.trial:
             return ""
@@ -849,9 +849,9 @@ class Service:
             if job_id in self._trial_runs:
                 continue  # measured by its own clock: CUPTI never attached to either arm
             if not self.capture.observable(job_id):
-                continue  # every live process's observation has ended (its CUPTI detached)
+                continue  # every live process's observation has ended
             if jc.windows == 0 and self._unsettled(job_id, procs):
-                continue  # a known-long job: no window while its shim cannot detach CUPTI
+                continue  # a known-long job: its first window waits for its processes to settle
             self._duty_pool.submit(self._duty_window, job_id)
 
     def _duty_window(self, job_id: str) -> None:
@@ -926,14 +926,14 @@ class Service:
         return not (pending and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in pending[1]))
 
     def _end_observation_if_done(self, job_id: str) -> bool:
-        """When the job's observation is done, its processes' shims detach CUPTI — once: attaching
-        it again after a detach crashed jobs — and they get no window again. True: it ended."""
+        """When the job's observation is done its processes get no window again, and their shims are
+        told (they detach CUPTI then, once, only with capture.detach_cupti). True: it ended."""
         if self.capture is None or not self._observation_done(job_id):
             return False
         answers = self.capture.end_observation(job_id)
         if answers:
             log.info(
-                "job %s: observation ended after %d windows; CUPTI detached once, no more windows (%s)",
+                "job %s: observation ended after %d windows, no more windows (%s)",
                 job_id,
                 self._windows(job_id),
                 ", ".join(f"pid {p}: {a}" for p, a in sorted(answers.items())),

@@ -7,10 +7,10 @@ the period is stretched until it fits the budget, never shortened below the conf
 
 Until a window has found the job's step (start-up), and until a process's observation has its
 ``capture.session_windows`` windows, the next window comes a tick later (TICK_S), whatever the
-budget: once a window has opened, CUPTI stays attached to the process until its observation ends
-(it is detached once, never attached again), and costs a launch-bound job between windows nearly what
-an open window does, so spacing windows out would only make that last longer. Start-up lasts at
-most STARTUP_WINDOWS windows.
+budget: once a window has opened, CUPTI stays attached to the process (detached at the end of its
+observation only with capture.detach_cupti), and costs a launch-bound job between windows nearly
+what an open window does, so spacing windows out would only make that last longer. Start-up lasts
+at most STARTUP_WINDOWS windows.
 
 Each duty window also closes early (not before windows.CAP_MIN_S, what its analysis needs) once its
 processes have written ``window_records`` records: what the budget allows over the period that
@@ -30,8 +30,8 @@ MAX_PERIOD_S = 3600.0
 # so that a new job's first window comes within a second of its first CUDA call, not up to a period
 # later (a 15-s job could end before it).
 TICK_S = 1.0
-# At most this many windows of a job at the start-up pace: each opening re-attaches CUPTI, which is
-# not free on a large program, and a job can stay without a repeating step for long (loading data).
+# At most this many windows of a job at the start-up pace: a job can stay without a repeating step
+# for long (loading data), and every window costs it CUPTI's per-launch price.
 STARTUP_WINDOWS = 6
 
 

@@ -2,8 +2,9 @@
 
 One window per job at a time (a per-job lock). Between windows CUPTI activity is off in every
 shim. A process is observed in one stretch: once gitmd has seen enough of it, ``end_observation``
-asks its shim to detach CUPTI (once, never attached again: re-attaching after a detach crashed
-jobs), and it gets no windows after that; a process that never had a window costs nothing.
+tells its shim (which detaches CUPTI then only with capture.detach_cupti: detaching raced with
+other threads' launches and crashed jobs), and it gets no windows after that; a process that never
+had a window costs nothing.
 """
 
 from __future__ import annotations
@@ -283,16 +284,13 @@ class CaptureManager:
         duration_s: float,
         ack_timeout_s: float = 3.0,
         max_records: int | None = None,
-        kinds_mask: int | None = None,
-        keep: bool = True,
     ) -> WindowResult:
         """One window on every live process of the job. ``max_records``: the window closes early once
         its processes have written this many records (a duty window's launch budget: a job whose
         launch rate rose since the last window, or was never seen, cannot cost more than that), but
-        not before CAP_MIN_S (what the window's analysis needs). ``kinds_mask``: the activity kinds
-        (default: the configured ones). ``keep`` False: not the job's latest window nor counted in
-        its windows (a release window, duty.RELEASE_WINDOW_S)."""
-        mask = self.kinds_mask if kinds_mask is None else kinds_mask
+        not before CAP_MIN_S (what the window's analysis needs). Processes whose observation has
+        ended get no window."""
+        mask = self.kinds_mask
         jc = self.get(job_id)
         if jc is None:
             raise KeyError(job_id)
@@ -367,9 +365,8 @@ class CaptureManager:
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
             result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
-            if keep:
-                jc.windows += 1
-                jc.last = result
+            jc.windows += 1
+            jc.last = result
             return result
 
     def _wait_acks(

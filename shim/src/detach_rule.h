@@ -1,15 +1,16 @@
-/* detach_rule.h - when a closing window may detach CUPTI (cuptiFinalize) rather than only disable its
- * kinds. Pure arithmetic on what the shim counts, so the C tests check it without CUPTI.
+/* detach_rule.h - when the shim may detach CUPTI (cuptiFinalize) rather than only disable its kinds.
+ * Pure arithmetic on what the shim counts, so the C tests check it without CUPTI.
  *
- * Detaching and attaching CUPTI anew while a job is still starting -- loading modules, making threads
- * and streams -- crashed jobs inside CUPTI on the H200 (2026-12-03, bench/window_stress.py: 3 of 22
- * runs, the timed ones within their first three windows; none in ~630 windows after start-up; 0 of 21
- * runs with this rule). So a window detaches only once the process is min_age_ns old (default
- * GITM_DETACH_MIN_AGE_MS) and the window was quiet: it saw kernels, and none it had not seen before (a
- * window during the framework's import sees none and says nothing about what comes next). Past
- * GITM_DETACH_ANYWAY_AGE_NS a process that keeps meeting
- * new kernels (JIT-compiled ones, new shapes) is detached all the same: left attached it would pay
- * CUPTI's instrumentation between windows for good.
+ * By default the shim never detaches (shim.c, workflow step 4: the finalize raced with another
+ * thread's kernel launch inside CUPTI and killed jobs on the H200, 2026-12-03). These rules apply
+ * only when it may: GITM_SHIM_DETACH=1 (the one detach gitmd asks for at the end of a process's
+ * observation) and the legacy GITM_SHIM_DETACH=every cycle of bench/window_stress.py.
+ *
+ * Detaching and attaching CUPTI anew while a job is still starting crashed jobs inside CUPTI
+ * (bench/window_stress.py, tenth session: 3 of 22 runs). So a detach is made only once the process
+ * is min_age_ns old (default GITM_DETACH_MIN_AGE_MS); asked earlier it is owed. In the legacy cycle a
+ * window must also have been quiet: it saw kernels, and none it had not seen before; past
+ * GITM_DETACH_ANYWAY_AGE_NS a process that keeps meeting new kernels is detached all the same.
  */
 #ifndef GITM_DETACH_RULE_H
 #define GITM_DETACH_RULE_H

@@ -73,11 +73,12 @@ def test_a_window_with_a_record_cap_closes_when_its_processes_reach_it(
         mgr.untrack("j")
 
 
-def test_a_release_window_asks_kernels_only_and_is_not_the_jobs_window(
+def test_a_window_asks_the_configured_kinds_and_none_comes_after_the_observation_ends(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
-    """duty.RELEASE_WINDOW_S: the control page asks for kernel activity only, and the window is
-    neither counted in the job's windows nor kept as its latest (what `gitmctl explain` reads)."""
+    """A window asks the configured activity kinds and is the job's latest; once the process's
+    observation has ended (end_observation; no shim answers here) it gets no window again. A
+    process that never opened a window is left alone (it pays nothing)."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     path = _live_ring(job_dir, write_ring)
@@ -86,14 +87,18 @@ def test_a_release_window_asks_kernels_only_and_is_not_the_jobs_window(
     try:
         full = mgr.capture("j", 0.05, ack_timeout_s=0.05)
         jc = mgr.get("j")
-        assert jc is not None and jc.windows == 1 and jc.last is full
+        assert jc is not None and jc.windows == 1 and jc.last is full and len(full.processes) == 1
         ring = Ring(path, abi.load())
         try:
             assert int(ring.ctl["kinds_mask"]) == 1 | 2 | 8
-            mgr.capture("j", 0.05, ack_timeout_s=0.05, kinds_mask=1, keep=False)
-            assert int(ring.ctl["kinds_mask"]) == 1
+            ring.hdr["windows_opened"] = 1  # as the shim counts the window it opened
         finally:
             ring.close()
-        assert jc.windows == 1 and jc.last is full
+        assert mgr.observable("j")
+        answers = mgr.end_observation("j", timeout_s=0.05)
+        assert list(answers.values()) == [] or all("not acknowledged" in a for a in answers.values())
+        assert not mgr.observable("j")
+        after = mgr.capture("j", 0.05, ack_timeout_s=0.05)
+        assert after.processes == [] and any("observation ended" in n for n in after.notes)
     finally:
         mgr.untrack("j")
