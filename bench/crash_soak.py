@@ -158,8 +158,11 @@ def library(g: Gitmd) -> list[dict[str, Any]]:
         for t in full.launch_trials:
             rows.append({"workload": w.id, "name": w.name, "trial": t.id, "lever": t.lever, "state": t.state,
                          "reason": t.reason, "cause": t.cause, "cause_share": t.cause_share,
-                         "runs": [{"arm": r.arm, "run_s": r.run_s if r.HasField("run_s") else None,
-                                   "crashed": r.crashed} for r in t.runs]})  # fmt: skip
+                         "speedup": t.speedup if t.HasField("speedup") else None,
+                         "ci": [t.ci_low, t.ci_high] if t.HasField("ci_low") else None,
+                         "runs": [{"job": r.job_id, "arm": r.arm, "crashed": r.crashed,
+                                   "run_s": r.run_s if r.HasField("run_s") else None}
+                                  for r in t.runs]})  # fmt: skip
     return rows
 
 
@@ -176,6 +179,7 @@ def main() -> int:
     ap.add_argument("--args", action="append", default=[], help="NAME=ARGS: a program's arguments")
     ap.add_argument("--runs-of", action="append", default=[], help="NAME=N: that program's runs per round")
     ap.add_argument("--copies", type=int, default=1, help="each program in this many launchers side by side")
+    ap.add_argument("--instances", type=int, default=1, help="rounds at once, each on its own gitmd")
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--logs", type=Path, default=None)
     a = ap.parse_args()
@@ -199,24 +203,18 @@ def main() -> int:
     rounds: list[dict[str, Any]] = []
     t_start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="gitm-soak-"))
-    g: Gitmd | None = None
     lock = threading.Lock()
-    for rnd in range(a.rounds):
-        if a.budget_s and time.monotonic() - t_start > a.budget_s:
-            break
-        fresh = rnd % a.fresh_every == 0
-        if fresh or g is None:
-            if g is not None:
-                g.stop()
-            g = Gitmd(base / f"lib{rnd}", CONFIG.format(backend=a.backend))
-        else:
-            g.stop()
-            g = Gitmd(g.prefix, CONFIG.format(backend=a.backend))  # restarted on the same library
-        g.start()
+    config = CONFIG.format(backend=a.backend)
+
+    def save() -> None:
+        with lock:
+            a.json.write_text(json.dumps({"argv": sys.argv, "rows": rows, "rounds": rounds}, indent=1))
+
+    def one_round(rnd: int, g: Gitmd, fresh: bool) -> None:
         before = {j.id for js in jobs_by_name(g).values() for j in js}
         ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run"]
 
-        def one(p: Program, copy: int, rnd: int = rnd, ctl: list[str] = ctl) -> None:
+        def one(p: Program, copy: int) -> None:
             plain = run_once(p, [], logs / f"{p.name}.log", a.timeout_s)
             with lock:
                 rows.append({"round": rnd, "program": p.name, "copy": copy, "arm": "plain", "i": 0, **plain})
@@ -239,20 +237,57 @@ def main() -> int:
             for t in batch:
                 t.join()
         by_name = {n: [j for j in js if j.id not in before] for n, js in jobs_by_name(g).items()}
-        for r in rows:
-            if r["round"] != rnd or r["arm"] != "gitmd":
-                continue
-            js = by_name.get(f"soak-{r['program']}-{r['copy']}", [])
-            if r["i"] - 1 < len(js):
-                j = js[r["i"] - 1]
-                r.update(job=j.id, windows=j.windows, detaches=sum(p.detaches for p in j.processes),
-                         crash_note=j.crash, run_s=j.run_s, policy=j.policy_id)  # fmt: skip
-        rounds.append({"round": rnd, "fresh": fresh, "library": library(g)})
-        a.json.write_text(json.dumps({"argv": sys.argv, "rows": rows, "rounds": rounds}, indent=1))
-    if g is not None:
-        g.stop()
+        with lock:
+            for r in rows:
+                if r["round"] != rnd or r["arm"] != "gitmd":
+                    continue
+                js = by_name.get(f"soak-{r['program']}-{r['copy']}", [])
+                if r["i"] - 1 < len(js):
+                    j = js[r["i"] - 1]
+                    r.update(job=j.id, windows=j.windows, detaches=sum(p.detaches for p in j.processes),
+                             crash_note=j.crash, run_s=j.run_s, policy=j.policy_id)  # fmt: skip
+            rounds.append({"round": rnd, "fresh": fresh, "library": library(g)})
+        save()
+
+    # --instances N: N rounds at once, each on its own gitmd and fresh library (more independent
+    # learning episodes per call; the programs then share the GPU with the other instances' runs)
+    if a.instances > 1:
+        if a.fresh_every != 1:
+            ap.error("--instances needs --fresh-every 1 (each instance learns from its own library)")
+        for first in range(0, a.rounds, a.instances):
+            if a.budget_s and time.monotonic() - t_start > a.budget_s:
+                break
+            group = range(first, min(first + a.instances, a.rounds))
+            gs = {rnd: Gitmd(base / f"lib{rnd}", config) for rnd in group}
+            for inst in gs.values():
+                inst.start()
+            ts = [threading.Thread(target=one_round, args=(rnd, inst, True)) for rnd, inst in gs.items()]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            for inst in gs.values():
+                inst.stop()
+    else:
+        g: Gitmd | None = None
+        for rnd in range(a.rounds):
+            if a.budget_s and time.monotonic() - t_start > a.budget_s:
+                break
+            fresh = rnd % a.fresh_every == 0
+            if fresh or g is None:
+                if g is not None:
+                    g.stop()
+                g = Gitmd(base / f"lib{rnd}", config)
+            else:
+                g.stop()
+                g = Gitmd(g.prefix, config)  # restarted on the same library
+            g.start()
+            one_round(rnd, g, fresh)
+        if g is not None:
+            g.stop()
+    rounds.sort(key=lambda r: r["round"])
     summary(rows, rounds)
-    a.json.write_text(json.dumps({"argv": sys.argv, "rows": rows, "rounds": rounds}, indent=1))
+    save()
     return 0
 
 
@@ -275,18 +310,66 @@ def summary(rows: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> None:
         detaches = sum(r.get("detaches") or 0 for r in rs)
         cells = [name, len(rs), len(crashed), len(other), len(differs), windows, detaches]
         print("| " + " | ".join(map(str, cells)) + " |")
-    print(
-        "\n| round | workload | policy / trial | claim | program's own clock, plain vs gitmd runs with it |"
-    )
-    print("| --- | --- | --- | --- | --- |")
+    trials_and_calibration(rows, rounds)
+
+
+def _ratio(base: list[float], other: list[float]) -> float | None:
+    """How many times faster ``other`` is than ``base`` (both are times), medians; None if either is empty."""
+    if not base or not other:
+        return None
+    return round(statistics.median(base) / statistics.median(other), 3)
+
+
+def _fmt(x: Any) -> str:
+    return "not measured" if x is None else str(x)
+
+
+def trials_and_calibration(rows: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> None:
+    """Every trial gitmd decided (or still ran) beside what the program's own clock says of the same
+    runs, and every promoted policy's stored speedup beside what the program showed in the runs that
+    got it afterwards (issue 31's calibration)."""
+    by_job = {r["job"]: r for r in rows if r.get("job")}
+    print("\n| round | workload | trial | state | share | bound | gitmd's speedup (run clock) | "
+          "program's clock A/B | wall A/B | reason |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    trial_jobs: set[str] = set()
     for rd in rounds:
         for x in rd["library"]:
-            if "policy" in x:
-                print(f"| {rd['round']} | {x['name']} | policy {x['policy']} {x['status']} {x['env']} | "
-                      f"{x['speedup']} {x['ci']} | see rows with policy {x['policy']} |")  # fmt: skip
-            else:
-                print(f"| {rd['round']} | {x['name']} | trial {x['trial']} {x['lever']} {x['state']} | - | "
-                      f"{x['reason'][:90]} |")  # fmt: skip
+            if "trial" not in x:
+                continue
+            arms: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+            for run in x["runs"]:
+                trial_jobs.add(run["job"])
+                if run["job"] in by_job and run["arm"] in arms:
+                    arms[run["arm"]].append(by_job[run["job"]])
+            clock = _ratio(*[[r["clock"] for r in arms[k] if r.get("clock")] for k in "AB"])
+            wall = _ratio(*[[r["wall_s"] for r in arms[k]] for k in "AB"])
+            share = x["cause_share"]
+            bound = round(1 / (1 - share), 3) if 0 < share < 1 else None
+            print(f"| {rd['round']} | {x['name']} | {x['trial']} {x['lever']} | {x['state']} | {share:.2f} | "
+                  f"{_fmt(bound)} | {_fmt(x['speedup'])} {x['ci'] or ''} | {_fmt(clock)} | {_fmt(wall)} | "
+                  f"{x['reason'][:100]} |")  # fmt: skip
+    print("\n| round | workload | policy | stored speedup [interval] | runs with it after | "
+          "program's clock, plain / with | wall, plain / with | inside the interval |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    any_policy = False
+    for rd in rounds:
+        for x in rd["library"]:
+            if "policy" not in x or x["status"] not in ("pinned", "validated"):
+                continue
+            any_policy = True
+            rnd, key = rd["round"], x["name"]
+            mine = [r for r in rows if r["round"] == rnd and f"soak-{r['program']}-{r['copy']}" == key]
+            base = [r for r in mine if r["arm"] == "plain"]
+            after = [r for r in mine if r.get("policy") == x["policy"] and r.get("job") not in trial_jobs]
+            clock = _ratio(*[[r["clock"] for r in rs if r.get("clock")] for rs in (base, after)])
+            wall = _ratio([r["wall_s"] for r in base], [r["wall_s"] for r in after])
+            lo, hi = x["ci"] or (None, None)
+            inside = None if clock is None or lo is None or hi is None else lo <= clock <= hi
+            print(f"| {rd['round']} | {x['name']} | {x['policy']} {x['env']} | {x['speedup']} {x['ci']} | "
+                  f"{len(after)} | {_fmt(clock)} | {_fmt(wall)} | {_fmt(inside)} |")  # fmt: skip
+    if not any_policy:
+        print("| - | - | nothing promoted | - | - | - | - | - |")
 
 
 if __name__ == "__main__":
