@@ -626,11 +626,12 @@ class Service:
                     continue  # tried within the run: its outcome stands for the launch form too
                 if lever.risk is Risk.NUMERICS and not reported:
                     continue  # its numbers could not be compared across runs (payloads come per window)
-                t = self.trials.plan(job.workload_id, lever, cause.name, cause.share)
+                t = self.trials.plan(job.workload_id, lever, cause.name, cause.ceiling)
                 if t is not None:
                     log.info(
-                        "workload %s: %s costs %.0f%% of run %s; its next launches try %s (launch trial %d)",
-                        job.workload_id, cause.name, 100 * cause.share, job_id, lever.describe(), t.id,
+                        "workload %s: %s costs %.0f%% of run %s (at most %.0f%%); its next launches try %s "
+                        "(launch trial %d)", job.workload_id, cause.name, 100 * cause.share, job_id,
+                        100 * cause.ceiling, lever.describe(), t.id,
                     )  # fmt: skip
                 return
 
@@ -1167,7 +1168,7 @@ class Service:
                 100 * top.share,
                 lever.describe(),
             )
-            self._exp_pool.submit(self._run_experiment, job_id, lever, top.name, cancel, top.share)
+            self._exp_pool.submit(self._run_experiment, job_id, lever, top.name, cancel, top.ceiling)
             return
 
     def _job_pids(self, job_id: str) -> tuple[int, ...]:

@@ -209,6 +209,9 @@ def show_causes(a: Any, all_tests: bool) -> None:
             print(f"      {e}")
         if c.above_threshold:
             print("      levers: " + (", ".join(c.levers) or "none in the catalog"))
+            if c.ceiling < 1.0:
+                print(f"      at most {100 * c.ceiling:.0f}% of the job's time: a lever gains at most "
+                      f"{1 / (1 - c.ceiling):.2f}x")  # fmt: skip
     tests = [t for t in a.tests if all_tests or t.significant]
     if tests:
         print("\nGranger tests" + ("" if all_tests else " (significant)") + ":")

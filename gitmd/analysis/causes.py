@@ -100,11 +100,19 @@ class Cause:
     evidence: tuple[str, ...]
     levers: tuple[str, ...]
     above_threshold: bool
+    # The most of the job's time removing the cause could free: the plausibility bound of a lever
+    # that targets it is 1 / (1 - ceiling). ``share`` is what the cause costs (for fp32_gemm, the
+    # saving TF32 is expected to give); the ceiling is the whole time its mechanism occupies, and for
+    # GPU-kernel time its share of the GPU's busy time, since the observer's own launch gaps only
+    # dilute it in the window (H200 2026-12-03: fp32 GEMMs cost 23% of a window that CUPTI had made
+    # launch-bound, and TF32 then gave the run 2.0x, the program's step 4.9x).
+    ceiling: float = 0.0
 
 
 @dataclass
 class _Builder:
     window_ns: float
+    busy_ns: float = 0.0  # the GPU busy with kernels (union) in the window
     causes: list[Cause] = field(default_factory=list)
 
     def add(
@@ -115,11 +123,19 @@ class _Builder:
         *evidence: str,
         eligible: bool = True,
         levers: tuple[str, ...] | None = None,
+        scope_ns: float | None = None,
+        kernel_time: bool = False,
     ) -> None:
         """``levers``: the cause's lever classes in the order this window's evidence puts them
-        (default: LEVERS' order)."""
+        (default: LEVERS' order). ``scope_ns``: the time the cause's mechanism occupies when its
+        cost is an estimated saving (default: the cost); ``kernel_time``: that time is GPU kernel
+        time (its ceiling is then also taken over the GPU's busy time)."""
         cost = max(0.0, float(cost_ns))
         share = cost / self.window_ns if self.window_ns else 0.0
+        scope = max(cost, float(scope_ns or 0.0))
+        ceiling = max(share, scope / self.window_ns if self.window_ns else 0.0)
+        if kernel_time and self.busy_ns:
+            ceiling = max(ceiling, scope / self.busy_ns)
         self.causes.append(
             Cause(
                 name,
@@ -129,6 +145,7 @@ class _Builder:
                 tuple(e for e in evidence if e),
                 LEVERS[name] if levers is None else levers,
                 eligible and share >= THRESHOLD,
+                min(1.0, ceiling),
             )
         )
 
@@ -200,7 +217,7 @@ def rank(
     """Causes of one window, largest cost first. ``history_idle_share``: the job's GPU-idle share in
     its history windows, when there is history."""
     w = float(b.window_ns)
-    out = _Builder(w)
+    out = _Builder(w, float(b.kernels_ns))
     idle_gaps = float(b.launch_gap_ns + b.sync_stall_ns)
     cotenant_gap = 0.0
     if gpu is not None and gpu.cotenants and gpu.cotenant_share > 0:
@@ -220,6 +237,7 @@ def rank(
             f"kernels {_ms(kernel_extra)} slower than their history" if kernel_extra > 0 else "",
             f"GPU idle {_ms(cotenant_gap)} more than in history" if cotenant_gap > 0 else "",
             ev,
+            kernel_time=True,
         )
     host_cost = 0.0
     if host is not None and host.span_ns:
@@ -257,6 +275,7 @@ def rank(
         f"{b.pageable_copies} pageable copies, {b.pageable_bytes / 2**20:.0f} MiB in {_ms(b.pageable_ns)}; "
         f"at {b.pinned_bytes_per_s / 1e9:.1f} GB/s pinned they take {_ms(b.pageable_saving_ns)} less",
         _hot_buffers_evidence(records) if b.pageable_copies else "",
+        scope_ns=b.pageable_ns,
     )
     # A caching allocator calls cudaFree only when it hands its cache back (torch.cuda.empty_cache,
     # or a retry after a failed allocation), and cudaFree drains the GPU: when most frees do, the
@@ -284,6 +303,7 @@ def rank(
             if gpu.throttled_share
             else "no thermal or hardware slowdown in any sample",
             ev,
+            kernel_time=True,
         )
         if gpu.power_capped_share:
             s, ev = _support("power_cap", tests)
@@ -297,6 +317,7 @@ def rank(
                 "ceiling unless its limit was lowered",
                 ev,
                 eligible=False,
+                kernel_time=True,
             )
     starved_ns, starved_id, waited_ns = starved_stream(records)
     if starved_ns > 0:
@@ -313,6 +334,8 @@ def rank(
         f32_ns * (1.0 - 1.0 / TF32_SPEEDUP),
         0.7 if f32_n else 0.0,
         f"{f32_n} fp32 GEMMs off the tensor cores, {_ms(f32_ns)}" if f32_n else "",
+        scope_ns=f32_ns,
+        kernel_time=True,
     )
     conv_ns, conv_n = conv_fp32_ns(records)
     out.add(
@@ -320,6 +343,8 @@ def rank(
         conv_ns * (1.0 - 1.0 / TF32_SPEEDUP),
         0.5 if conv_n else 0.0,  # lower than fp32_gemm's: the job may autotune already
         f"{conv_n} cuDNN convolutions on fp32 cores, {_ms(conv_ns)}" if conv_n else "",
+        scope_ns=conv_ns,
+        kernel_time=True,
     )
     if resid is not None and resid.excess_ns > 0:
         explained = sum(c.cost_ns for c in out.causes if c.name in ("cotenant", "throttling", "power_cap"))
@@ -333,6 +358,7 @@ def rank(
             + ("history" if resid.from_history else "median in this window")
             + f", {_ms(resid.excess_ns)} in all",
             "; ".join(f"{t.series} precedes it (q={t.q_value:.3g})" for t in anything[:3]),
+            kernel_time=True,
         )
     return sorted(out.causes, key=lambda c: -c.cost_ns)
 

@@ -254,6 +254,7 @@ def attribution_to_pb(rep: WindowReport) -> Any:
             above_threshold=c.above_threshold,
             evidence=list(c.evidence),
             levers=list(c.levers),
+            ceiling=c.ceiling,
         )
     for t in rep.tests:
         msg.tests.add(

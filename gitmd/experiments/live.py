@@ -69,12 +69,12 @@ def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decisi
 
 def beyond_cause(d: Decision, cause: str, share: float | None) -> Decision | None:
     """The decision overturned when the promoted speedup exceeds what removing its cause could give:
-    attribution measured the cause at ``share`` of the window, so at most 1 / (1 - share). A gain
-    above that is a measurement error, not a win (a launch trial stored 3.0x on a cause costing 17%,
-    H200 2026-12-03)."""
+    the cause takes at most ``share`` of the job's time (its Cause.ceiling), so at most
+    1 / (1 - share). A gain above that is a measurement error, not a win (a launch trial stored 3.0x
+    on a cause costing 17%, H200 2026-12-03)."""
     if share is None or not 0 < share < 1:
         return None
-    why = f"{cause} cost {share:.0%} of the job's time: removing all of it gives"
+    why = f"{cause} takes at most {share:.0%} of the job's time: removing all of it gives"
     return _above(d, 1.0 / (1.0 - share), why, "implausible, a measurement error, not promoted")
 
 
@@ -192,8 +192,8 @@ class LiveExperiment:
         early_speedup: float = 0.0,
         cause_share: float | None = None,
     ) -> None:
-        """``cause_share``: the share of the job's time attribution gave the cause the lever
-        addresses (its bound: no gain beyond removing all of it is believed)."""
+        """``cause_share``: the most of the job's time the cause the lever addresses can take (its
+        Cause.ceiling; no gain beyond removing all of it is believed)."""
         self.cause_share = cause_share
         self.experiments = experiments
         self.interventions = interventions

@@ -53,7 +53,7 @@ class LaunchTrial:
     state: str
     runs: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] = field(default_factory=dict)
-    cause_share: float = 0.0  # of the run, as attribution measured it when the trial was planned
+    cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
 
     @property
     def bound(self) -> float:
@@ -265,8 +265,8 @@ def decide_trial(
             return Decision(
                 False,
                 f"implausible: {d.interval.speedup:.3f}x (95% {d.interval.low:.3f}-{d.interval.high:.3f}) "
-                f"is more than removing all of {t.cause} ({100 * t.cause_share:.0f}% of the run) allows "
-                f"({t.bound:.2f}x): a measurement error, not a win",
+                f"is more than removing all of {t.cause} (at most {100 * t.cause_share:.0f}% of the run) "
+                f"allows ({t.bound:.2f}x): a measurement error, not a win",
                 d.interval,
             )
         return d

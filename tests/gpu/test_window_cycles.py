@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from bench.oracle import stop_hogs
+from gitmd.capture import duty
 from tests.integration.conftest import ROOT, Daemon, command, ctl_json
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -34,7 +35,6 @@ port = 0
 window_every_s = 0.3
 window_duration_s = 0.1
 first_window_s = 0.05
-startup_every_s = 0.3
 overhead_budget = 1.0
 # windows from the first moment: this test stresses the shim's start-up (what an on-demand trace
 # may ask), which the default capture.settle_s spares a job's duty windows
@@ -165,10 +165,14 @@ def test_a_jobs_first_window_waits_for_it_to_settle_and_is_released(daemon_facto
         print(f"{launch} launch: {marks}")
         assert seen, f"no window on the {launch} launch"
         assert seen[0]["t"] >= 9.0, f"{launch} launch: its first window came {seen[0]['t']:.1f} s in"
-        # three windows a second apart (the defaults), then none: its observation has ended
+        # three windows a second apart (the defaults), or up to duty.STARTUP_WINDOWS while its step
+        # is not found (H200 2026-12-03: 4 on a second launch), then none: its observation has ended
         done = [s for s in seen if int(s.get("windows_opened", 0)) >= 3]
         assert done and done[0]["t"] - seen[0]["t"] < 12.0, f"{launch}: observation too slow {marks}"
-        assert max(int(s.get("windows_opened", 0)) for s in seen) == 3, marks
+        opened = [int(s.get("windows_opened", 0)) for s in seen]
+        assert 3 <= max(opened) <= max(3, duty.STARTUP_WINDOWS), marks
+        late = [s for s in seen if s["t"] >= seen[-1]["t"] - 10.0]  # its last 10 s: no new window
+        assert len(late) >= 2 and int(late[0].get("windows_opened", 0)) == max(opened), marks
         assert all(int(s.get("detaches", 0)) == 0 for s in seen), marks  # never detached by default
     log = d.log_path.read_text() if d.log_path is not None else ""
     assert not log or ("a first run" in log and "its processes have settled" in log)

@@ -142,3 +142,18 @@ def test_granger_tests_ran_on_the_real_series() -> None:
     for t in ran:
         assert 0 <= t.p_value <= 1 and t.q_value >= t.p_value - 1e-12 and 1 <= t.lag <= 3
     assert np.isnan([t.p_value for t in rep.tests if t.note]).all()
+
+
+def test_a_causes_ceiling_bounds_what_its_lever_can_give_not_its_estimated_cost() -> None:
+    """capture-torch-train (fp32 MLP training, taken on the H200 under CUPTI): fp32 GEMMs cost 22%
+    of the window by TF32's expected saving, in a window the observer made launch-bound. Their
+    ceiling — the GEMMs' whole time over the GPU's busy time — is what bounds tf32_override's gain:
+    on the H200 TF32 gave that program's step 4.9x and its run 2.0x (2026-12-03), which a bound
+    from the 22% (1.28x) rejected as implausible. Gap causes keep their share as their ceiling."""
+    rep = window_report(capture_file.loads(ROOT / "tests" / "fixtures" / "capture-torch-train.npz"))
+    by = {c.name: c for c in rep.causes}
+    gemm = by["fp32_gemm"]
+    assert 0.15 < gemm.share < 0.3 and gemm.ceiling > 0.8, (gemm.share, gemm.ceiling)
+    assert 1 / (1 - gemm.ceiling) > 4.9
+    assert by["launch_bound"].ceiling == by["launch_bound"].share
+    assert all(c.share <= c.ceiling <= 1.0 for c in rep.causes)
