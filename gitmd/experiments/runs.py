@@ -226,11 +226,16 @@ class LaunchTrials:
 NOISE_MARGIN = 3.0
 
 
+NOISE_RUNS = 3  # plain runs before a spread counts as measured
+
+
 def run_noise(plain_runs_s: list[float]) -> float | None:
     """The workload's run-to-run spread: (max - min) / median of its plain runs' lengths (its
-    trial's A arms and its earlier runs without a policy); None with fewer than two."""
+    trial's A arms and its earlier runs without a policy); None with fewer than NOISE_RUNS (two
+    runs 0.1% apart on the H200, 2026-12-03, made a "0% spread" and a one-pair early stop with an
+    interval 1% wide)."""
     xs = [x for x in plain_runs_s if x and x > 0]
-    if len(xs) < 2:
+    if len(xs) < NOISE_RUNS:
         return None
     return (max(xs) - min(xs)) / statistics.median(xs)
 

@@ -37,6 +37,8 @@ def test_an_early_stop_needs_a_measured_spread_and_a_gain_far_beyond_it() -> Non
     fast = trial(run("A", 40.0), run("B", 12.0, 1.001))
     # no run-to-run spread measured for the workload yet: one pair never decides
     assert decide_trial(fast, CONTRACT, 3, 0.03, 1.5) is None
+    # one earlier plain run and the A arm agree to 0.1%: two runs are no measured spread (H200)
+    assert decide_trial(fast, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[40.04]) is None
     # earlier plain runs spread 5%: 3.3x on one pair is far beyond it and within 10x (90% share)
     d = decide_trial(fast, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.0, 41.0])
     assert d is not None and d.promote and d.interval is not None and d.interval.pairs == 1
@@ -101,5 +103,5 @@ def test_a_numerics_lever_without_numbers_compared_is_not_promoted_early() -> No
 
 
 def test_run_noise_is_the_relative_spread_of_plain_runs() -> None:
-    assert run_noise([10.0]) is None
+    assert run_noise([10.0]) is None and run_noise([10.0, 10.01]) is None
     assert abs((run_noise([9.0, 10.0, 11.0]) or 0) - 0.2) < 1e-12
