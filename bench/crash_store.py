@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 
 from bench.harness import Gitmd  # noqa: E402
+from gitmd.api.client_auth import open_channel  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
-from gitmd.auth.client import open_channel  # noqa: E402
 
 
 def doc(round_: int) -> bytes:

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from gitmd.api.client_auth import open_channel  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
-from gitmd.auth.client import open_channel  # noqa: E402
 
 # As the systemd unit runs it (packaging/systemd/gitmd.service, Environment=).
 UNIT_ENV = {"MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

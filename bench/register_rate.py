@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 
 from bench.harness import Gitmd  # noqa: E402
+from gitmd.api.client_auth import open_channel  # noqa: E402
 from gitmd.api.pb import pb, pb_grpc  # noqa: E402
-from gitmd.auth.client import open_channel  # noqa: E402
 
 
 def library_doc(n: int) -> bytes:

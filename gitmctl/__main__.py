@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 from pathlib import Path
 
-from gitmd import __version__
+
+def _version() -> str:
+    """The installed package's version (gitmctl ships in the gitmd package)."""
+    try:
+        return metadata.version("gitmd")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
@@ -35,7 +42,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
         epilog="Exit codes: 0 ok, 1 error, 2 bad usage or argument, 3 gitmd not reachable, 4 not found, "
         "5 permission denied.",
     )
-    p.add_argument("--version", action="version", version=f"gitmctl {__version__}")
+    p.add_argument("--version", action="version", version=f"gitmctl {_version()}")
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     handlers: dict[str, object] = {}
     for verb in VERBS:
@@ -51,10 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     from gitmctl.client import Client, ClientError, default_socket
 
     socket_path = getattr(args, "socket", None) or default_socket()
-    if args.verb == "explain" and args.capture:  # offline: reads a capture file
-        from gitmctl.commands import explain
-
-        return explain.offline(args)
     if args.verb == "run":  # runs the command even when gitmd is unreachable
         from gitmctl.commands import run
 

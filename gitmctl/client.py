@@ -10,8 +10,8 @@ from typing import Any
 
 import grpc
 
+from gitmd.api.client_auth import TokenSource, authenticated, credential_socket_for
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.auth.client import TokenSource, authenticated, credential_socket_for
 
 DEFAULT_SOCKET = Path("/run/gitmd/gitmd.sock")
 

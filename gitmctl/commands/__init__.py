@@ -8,6 +8,7 @@ from gitmctl.commands import (
     interventions,
     job,
     jobs,
+    levers,
     library,
     revert,
     run,
@@ -36,4 +37,5 @@ VERBS = (
     interventions,
     revert,
     tune,
+    levers,
 )

@@ -1,8 +1,9 @@
-"""`gitmctl explain JOB` (through gitmd: the job's latest window, judged against its earlier ones) or
-`gitmctl explain --capture FILE [--history FILE ...]` (offline): where the window's time went per
-process — a bar per class, the step, the top kernels, pageable copies and what pinned memory would
-save —, then the causes of lost time ranked by cost with their evidence, the Granger tests that
-support them, and the lever classes each cause selects."""
+"""`gitmctl explain JOB` (the job's latest window, judged against its earlier ones) or
+`gitmctl explain --capture FILE [--history FILE ...]` (capture files from `gitmctl trace --raw`, sent
+to gitmd, which analyses them as it does a job's windows and keeps nothing): where the window's
+time went per process — a bar per class, the step, the top kernels, pageable copies and what
+pinned memory would save —, then the causes of lost time ranked by cost with their evidence, the
+Granger tests that support them, and the lever classes each cause selects."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(NAME, parents=[common], help="where a job's (or a capture file's) window time went")
     p.add_argument("job", nargs="?", help="job id or name (its latest capture window)")
     p.add_argument(
-        "--capture", type=Path, help="explain a capture file instead (gitmctl trace --raw); offline"
+        "--capture",
+        type=Path,
+        help="explain a capture file instead (gitmctl trace --raw), sent to gitmd; it keeps nothing",
     )
     p.add_argument(
         "--history",
@@ -44,27 +47,43 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--tests", action="store_true", help="list every Granger test, not only significant ones")
 
 
-def offline(args: argparse.Namespace) -> int:
-    from gitmd.analysis.report import history_of, window_report
-    from gitmd.api.convert import attribution_to_pb
-    from gitmd.capture import capture_file
+MAX_SEND_BYTES = 78 << 20  # capture files of one request (gitmd takes messages of 80 MiB)
 
-    windows = []
+
+def capture(args: argparse.Namespace, client: Client) -> int:
+    """The capture file's window, analysed by gitmd from the files' bytes (ExplainCapture)."""
+    files = []
     for f in [*args.history, args.capture]:
         try:
-            windows.append(capture_file.loads(f))
-        except (OSError, capture_file.CaptureFileError) as e:
-            print(f"gitmctl explain: {f}: {e}", file=sys.stderr)
+            files.append(pb.CaptureFile(name=str(f), data=f.read_bytes()))
+        except OSError as e:
+            print(f"gitmctl explain: {f}: {e.strerror or e}", file=sys.stderr)
             return 2
-    *past, w = windows
-    if any(h.job_id != w.job_id for h in past):
-        print("gitmctl explain: --history files are of another job than --capture", file=sys.stderr)
+    if sum(len(f.data) for f in files) > MAX_SEND_BYTES:
+        print(
+            f"gitmctl explain: the capture files are more than {MAX_SEND_BYTES >> 20} MiB together; "
+            "give fewer --history files",
+            file=sys.stderr,
+        )
         return 2
-    report = attribution_to_pb(window_report(w, args.top, history_of(past) if past else None))
+    *history, current = files
+    client.timeout_s = max(client.timeout_s, 120.0)  # the Granger tests of a long window take a while
+    try:
+        report = client.call(
+            client.stub.ExplainCapture,
+            pb.ExplainCaptureRequest(capture=current, history=history, top=max(0, args.top)),
+        )
+    except ClientError as e:
+        if e.exit_code != EXIT_USAGE:
+            raise
+        print(f"gitmctl explain: {e}", file=sys.stderr)  # the file is no capture file gitmd can read
+        return 2
     return show(args, report, f"capture {args.capture}")
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
+    if args.capture:
+        return capture(args, client)
     if not args.job:
         print("gitmctl explain: give a job id or name, or --capture FILE", file=sys.stderr)
         return 2

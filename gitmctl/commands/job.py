@@ -91,6 +91,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("id", j.id),
             ("name", j.name),
             ("state", j.state + (f", exit {j.exit_code}" if j.HasField("exit_code") else "")),
+            *([("loop", j.phase)] if j.phase else []),
             *([("crash", j.crash)] if j.crash else []),
             *([("run", f"{j.run_s:.1f} s by its own clock (CUDA start to exit)")] if j.run_s else []),
             ("command", shlex.join(j.command)),

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
-from gitmd.experiments.equivalence import is_number
-from gitmd.levers.launch_env import job_environment
+from gitmctl.launch import is_number, job_environment
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)

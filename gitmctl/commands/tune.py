@@ -3,21 +3,23 @@ outputs unchanged, in short interleaved trials, and store the winner in gitmd's 
 
 The trials run here, as you (gitmd never runs your command). The first run is the reference: it is
 captured, and gitmd's attribution of it picks the levers its causes select, tried first; the other
-launch levers follow while the budget lasts (``--only-causes`` stops after the selected ones). For
-each lever, ``--rounds`` pairs of runs alternate their order (AB, BA, ...); the metric is each run's
-wall time, or the last number ``--time REGEX`` finds on its stdout (lower is better); the
-equivalence contract (``--metric``, ``--output``, ``--output-numeric``; the exit status always)
-compares each treatment run with its pair's baseline. gitmd decides from those figures (promote
-only when the bootstrap interval's lower bound clears min_gain and the outputs held), keeps the
-experiments, and stores the best lever as a policy of the workload: your later launches of the
-command (`gitmctl run`) get it at once. A numerics-changing lever (TF32) is tried only with a
-contract that compares numbers. Progress goes to stderr; the command's own output is kept in a
-directory named at the start (``-v`` shows it instead).
+launch levers of gitmd's catalog (ListLevers) follow while the budget lasts (``--only-causes`` stops
+after the selected ones). For each lever, ``--rounds`` pairs of runs alternate their order (AB, BA,
+...); the metric is each run's wall time, or the last number ``--time REGEX`` finds on its stdout
+(lower is better); under the equivalence contract (``--metric``, ``--output``, ``--output-numeric``;
+the exit status always) gitmd compares each treatment run's outputs, as read here, with its pair's
+baseline's (CompareOutputs). gitmd decides from those figures (promote only when the bootstrap
+interval's lower bound clears min_gain and the outputs held), keeps the experiments, and stores the
+best lever as a policy of the workload: your later launches of the command (`gitmctl run`) get it
+at once. A numerics-changing lever (TF32) is tried only with a contract that compares numbers.
+Progress goes to stderr; the command's own output is kept in a directory named at the start (``-v``
+shows it instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -34,13 +36,14 @@ from typing import Any
 from gitmctl import render
 from gitmctl.client import Client, ClientError, pb
 from gitmctl.commands.run import _contract, _gpus, add_contract_args
-from gitmd.experiments.equivalence import Check, Contract, Outputs, evaluate, is_number
-from gitmd.levers.base import Kind, Risk
-from gitmd.levers.launch_env import EnvLever, job_environment
-from gitmd.levers.registry import CATALOG
+from gitmctl.launch import is_number, job_environment
 
 NAME = "tune"
-MAX_OUTPUT_BYTES = 64 << 20
+MAX_OUTPUT_BYTES = 64 << 20  # of an output file checksummed
+# of an output file compared as numbers: gitmd compares (CompareOutputs) both runs' contents in one
+# message of at most 80 MiB
+MAX_NUMERIC_BYTES = 38 << 20
+MAX_METRIC_VALUES = 1_000_000  # numbers of a stdout metric sent to be compared (gitmd takes as many)
 PROBE_AFTER_S = 3.0  # into the reference run: past start-up, in its steady steps
 
 
@@ -74,12 +77,44 @@ class Trial:
     wall_s: float
     exit_code: int
     job_id: str
-    outputs: Outputs
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # stdout metric regex -> numbers
+    files: dict[str, bytes] = field(default_factory=dict)  # numeric output file -> contents
+    digests: dict[str, bytes] = field(default_factory=dict)  # checksummed output file -> SHA-256
+
+    def outputs(self, checks: list[Any]) -> Any:
+        """What the run produced that ``checks`` compare (a pb.RunOutputs)."""
+        out = pb.RunOutputs(exit_status=self.exit_code)
+        for c in checks:
+            if c.kind == "stdout_metric" and c.regex in self.metrics:
+                out.metrics.add(regex=c.regex, values=self.metrics[c.regex])
+            elif c.kind == "output_file" and c.compare == "numeric" and c.path in self.files:
+                out.files.add(path=c.path, data=self.files[c.path])
+            elif c.kind == "output_file" and c.path in self.digests:
+                out.files.add(path=c.path, sha256=self.digests[c.path])
+        return out
+
+
+def _segments(checks: list[Any]) -> list[list[Any]]:
+    """The contract's checks in order, each numeric output file's check alone: one CompareOutputs
+    request each, so no request carries two files' contents twice."""
+    out: list[list[Any]] = []
+    run: list[Any] = []
+    for c in checks:
+        if c.kind == "output_file" and c.compare == "numeric":
+            if run:
+                out.append(run)
+                run = []
+            out.append([c])
+        else:
+            run.append(c)
+    if run:
+        out.append(run)
+    return out
 
 
 @dataclass
 class Candidate:
-    lever: EnvLever
+    lever: Any  # a pb.Lever of the catalog (ListLevers), tried with its default setting
     why: str
     trials: list[tuple[str, Trial]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -98,13 +133,7 @@ class Tuner:
         self.command = command
         self.cwd = os.getcwd()
         self.contract_pb = _contract(args, self.cwd)
-        self.contract = Contract(
-            tuple(
-                Check(kind=c.kind, rtol=c.rtol, atol=c.atol, regex=c.regex, path=c.path, compare=c.compare)
-                for c in self.contract_pb.checks
-            )
-            or (Check("exit_status"),)
-        )
+        self.checks = list(self.contract_pb.checks) or [pb.EquivalenceCheck(kind="exit_status")]
         self.time_rx = re.compile(args.time) if args.time else None
         self.logs = Path(tempfile.mkdtemp(prefix="gitm-tune-"))
         self.started = time.monotonic()
@@ -186,15 +215,43 @@ class Tuner:
             if not found:
                 raise ClientError(f"--time {self.args.time!r} found no number in the output ({log})", 2)
             value = float(found[-1])
-        files = {}
-        for c in self.contract.checks:
-            if c.kind == "output_file":
+        trial = Trial(value, seconds, code, resp.job_id)
+        for c in self.checks:
+            if c.kind == "stdout_metric":
+                found = [float(m) for m in re.findall(c.regex, text) if is_number(m)]
+                trial.metrics[c.regex] = found[:MAX_METRIC_VALUES]
+            elif c.kind == "output_file":
+                numeric = c.compare == "numeric"
                 try:
                     with open(c.path, "rb") as f:
-                        files[c.path] = f.read(MAX_OUTPUT_BYTES)
+                        data = f.read(MAX_NUMERIC_BYTES if numeric else MAX_OUTPUT_BYTES)
                 except OSError:
-                    pass  # missing: the contract reports it
-        return Trial(value, seconds, code, resp.job_id, Outputs(exit_status=code, stdout=text, files=files))
+                    continue  # missing: the contract reports it
+                if numeric:
+                    trial.files[c.path] = data
+                else:
+                    trial.digests[c.path] = hashlib.sha256(data).digest()
+        return trial
+
+    def compare(self, a: Trial, b: Trial) -> tuple[list[str], list[str], bool]:
+        """gitmd's verdict on a pair's outputs under the contract (CompareOutputs): where they
+        differ, what was compared, and whether numbers were."""
+        failures: list[str] = []
+        checked: list[str] = []
+        numbers = False
+        for checks in _segments(self.checks):
+            v = self.client.call(
+                self.client.stub.CompareOutputs,
+                pb.CompareOutputsRequest(
+                    contract=pb.EquivalenceContract(checks=checks),
+                    baseline=a.outputs(checks),
+                    treatment=b.outputs(checks),
+                ),
+            )
+            failures += v.failures
+            checked += v.checked
+            numbers = numbers or v.numbers_checked
+        return failures, checked, numbers
 
     def _probe(self, job_id: str, child: subprocess.Popen[bytes]) -> None:
         """While the reference run runs: gitmd's attribution of one window of it, taken
@@ -220,7 +277,8 @@ class Tuner:
 
     # -- the whole tune -------------------------------------------------------------------------
     def candidates(self) -> list[Candidate]:
-        launch = {n: c for n, c in CATALOG.items() if c.kind is Kind.LAUNCH and issubclass(c, EnvLever)}
+        catalog = self.client.call(self.client.stub.ListLevers, pb.ListLeversRequest()).levers
+        launch = {lv.name: lv for lv in catalog if lv.launch and lv.env}
         wanted = [x.strip() for x in self.args.levers.split(",") if x.strip()]
         for n in wanted:
             if n not in launch:
@@ -234,17 +292,17 @@ class Tuner:
                 if n in launch and n not in seen and (not wanted or n in wanted):
                     seen.add(n)
                     out.append(
-                        Candidate(launch[n](), f"{c.name} cost {100 * c.share:.0f}% of the reference run")
+                        Candidate(launch[n], f"{c.name} cost {100 * c.share:.0f}% of the reference run")
                     )
         if not self.args.only_causes:
             for n in wanted or sorted(launch):
                 if n not in seen:
                     seen.add(n)
-                    out.append(Candidate(launch[n](), "asked for" if wanted else "catalog"))
-        numbers = any(c.kind in ("stdout_metric", "output_file", "payload") for c in self.contract.checks)
+                    out.append(Candidate(launch[n], "asked for" if wanted else "catalog"))
+        numbers = any(c.kind in ("stdout_metric", "output_file", "payload") for c in self.checks)
         kept = []
         for cand in out:
-            if cand.lever.risk is Risk.NUMERICS and not numbers:
+            if cand.lever.risk == "numerics-changing" and not numbers:
                 _say(
                     f"skipping {cand.lever.name}: it changes numerics and the contract compares no numbers "
                     "(give --metric REGEX or --output-numeric PATH)"
@@ -277,8 +335,9 @@ class Tuner:
                 _say(f"budget: {self.left():.0f} s left, {need:.0f} s needed per lever; stopping before "
                      f"{', '.join(c.lever.name for c in cands[i - 1:])}")  # fmt: skip
                 break
-            env = cand.lever.values()
-            _say(f"[{i}/{len(cands)}] {cand.lever.describe()} ({cand.why}): {env}")
+            env = dict(cand.lever.env)  # gitmd's site directory too, when the lever needs it
+            shown = {v: env[v] for v in cand.lever.variables if v in env}
+            _say(f"[{i}/{len(cands)}] {cand.lever.name} ({cand.why}): {shown}")
             for r in range(self.args.rounds):
                 pair: dict[str, Trial] = {}
                 for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
@@ -288,10 +347,10 @@ class Tuner:
                     pair[arm] = t
                     cand.trials.append((arm, t))
                     _say(f"    round {r + 1}/{self.args.rounds} {arm}: {t.value:.3f} {self.unit()}")
-                v = evaluate(self.contract, pair["A"].outputs, pair["B"].outputs)
-                cand.failures += [f"round {r + 1}: {f}" for f in v.failures]
-                cand.checked |= set(v.checked)
-                cand.numbers = cand.numbers or v.numbers_checked
+                failures, checked, numbers = self.compare(pair["A"], pair["B"])
+                cand.failures += [f"round {r + 1}: {f}" for f in failures]
+                cand.checked |= set(checked)
+                cand.numbers = cand.numbers or numbers
             typical = statistics.median(t.wall_s for _, t in cand.trials)
             done.append(cand)
         return ref, done
@@ -342,7 +401,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
         levers=[
             pb.TuneLever(
                 lever=c.lever.name,
-                setting_json=json.dumps(c.lever.setting),
+                setting_json="{}",  # the catalog's default setting
                 trials=[
                     pb.TuneTrial(arm=a, value=t.value, job_id=t.job_id, exit_code=t.exit_code)
                     for a, t in c.trials

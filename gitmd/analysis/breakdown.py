@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 PAGEABLE = 1
 GAP_CAUSE_WINDOW_NS = 20_000  # an idle gap "follows" an event ending within 20 µs before it

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 MAX_LAG = 3
 ALPHA = 0.05

@@ -40,7 +40,7 @@ from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.hostbuffers import hot_pageable_buffers, to_pin
 from gitmd.analysis.model import Residuals
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 THRESHOLD = 0.05
 CACHE_RETURNED = 0.5  # share of frees with the GPU going idle at them: the allocator's cache handed back

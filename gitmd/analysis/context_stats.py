@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.context import HOST_DTYPE, WindowContext
-from gitmd.telemetry.backend import REASON_BITS, THROTTLING_REASONS, decode_reasons
+from gitmd.records import HOST_DTYPE, REASON_BITS, THROTTLING_REASONS, WindowContext, decode_reasons
 
 THROTTLE_MASK = sum(REASON_BITS[r] for r in THROTTLING_REASONS)
 # Running at the enforced power limit is the board's ceiling, not a fault: counted apart from the

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gitmd.analysis.steps import StepStats
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 MATCH_THRESHOLD = 0.8
 _GEMM = re.compile(r"gemm|xmma|cutlass|cublas|sgemm|hgemm|wgmma|matmul|nvjet", re.IGNORECASE)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 PAGEABLE = 1
 HTOD = 1

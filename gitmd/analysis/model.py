@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 MIN_RUNS = 5  # a key needs this many runs in the history to be modelled
 SLOW_MADS = 3.0

@@ -20,8 +20,7 @@ from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.model import History, KernelModel, Residuals, summary_of
 from gitmd.analysis.steps import StepStats, detect
 from gitmd.analysis.timeline import cupti_to_real_offset
-from gitmd.capture.decode import Decoded
-from gitmd.capture.windows import ProcessWindow, WindowResult
+from gitmd.records import Decoded, ProcessWindow, WindowResult
 
 CLASSES = ("kernels", "copies", "launch_gaps", "sync_stall", "allocator")
 MIN_BIN_NS = 10_000_000

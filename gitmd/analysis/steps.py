@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gitmd.analysis.breakdown import merge_intervals
-from gitmd.capture.windows import WindowResult
+from gitmd.records import WindowResult
 
 MIN_STEPS = 3
 MIN_SELF_MATCH = 0.6  # share of kernels that equal the kernel one period later

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
-from gitmd.capture.windows import WindowResult
+from gitmd.records import Decoded, WindowResult
 
 
 def cupti_to_real_offset(pairs: np.ndarray) -> int | None:

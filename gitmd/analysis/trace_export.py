@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from gitmd.analysis.timeline import ProcessTimeline, Timeline
-from gitmd.telemetry.backend import GpuSample
+from gitmd.records import GpuSample
 
 COPY_KINDS = {
     1: "HtoD",

@@ -9,11 +9,14 @@ from gitmd.analysis.causes import THRESHOLD
 from gitmd.analysis.report import CLASSES, WindowReport
 from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.api.pb import pb
+from gitmd.errors import InvalidArgumentError
+from gitmd.experiments import equivalence
 from gitmd.experiments.interventions import Intervention
 from gitmd.experiments.live import Experiment
 from gitmd.experiments.runs import LaunchTrial
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
+from gitmd.levers.describe import LeverInfo
 from gitmd.service import JobView, Status
 from gitmd.store.audit import AuditEntry
 from gitmd.store.library import Policy, Workload
@@ -102,6 +105,7 @@ def job_to_pb(view: JobView) -> Any:
         background=j.background,
         run_s=j.run_s or 0.0,
         crash=j.crash,
+        phase=j.phase,
     )
     for c in j.contract.checks:
         msg.contract.checks.add(
@@ -376,4 +380,66 @@ def experiment_to_pb(e: Experiment) -> Any:
         pairs=int(d.get("pairs", 0)),
         created_unix_ns=e.created_ns,
         updated_unix_ns=e.updated_ns,
+    )
+
+
+def lever_to_pb(info: LeverInfo) -> Any:
+    return pb.Lever(
+        name=info.name,
+        kind=info.kind,
+        risk=info.risk,
+        summary=info.summary,
+        changes=info.changes,
+        causes=info.causes,
+        launch=info.launch,
+        live=info.live,
+        host_only=info.host_only,
+        defaults_json=json.dumps(dict(info.defaults), sort_keys=True),
+        env=dict(info.env),
+        variables=info.variables,
+        counterpart=info.counterpart,
+    )
+
+
+def contract_from_pb(msg: Any) -> equivalence.Contract:
+    """A request's equivalence contract, checked (InvalidArgumentError when it cannot be evaluated)."""
+    return equivalence.validate(
+        [equivalence.Check(c.kind, c.rtol, c.atol, c.regex, c.path, c.compare) for c in msg.checks]
+    )
+
+
+# numbers per stdout metric, and payload samples, of one run (the first MAX_COMPARED are compared,
+# every one is looked at for NaN and Inf)
+MAX_OUTPUT_VALUES = 1_000_000
+
+
+def outputs_from_pb(msg: Any, which: str) -> equivalence.Outputs:
+    """A run's outputs as a client read them (``which``: "baseline" or "treatment", for messages)."""
+    if len(msg.metrics) > equivalence.MAX_CHECKS or len(msg.files) > equivalence.MAX_CHECKS:
+        raise InvalidArgumentError(f"{which}: at most {equivalence.MAX_CHECKS} metrics and files")
+    if len(msg.payloads) > MAX_OUTPUT_VALUES or any(len(m.values) > MAX_OUTPUT_VALUES for m in msg.metrics):
+        raise InvalidArgumentError(f"{which}: at most {MAX_OUTPUT_VALUES} values per metric and payload")
+    if any(len(m.regex) > 1000 for m in msg.metrics) or any(len(f.path) > 4096 for f in msg.files):
+        raise InvalidArgumentError(f"{which}: a metric's regex or a file's path is too long")
+    files: dict[str, bytes] = {}
+    digests: dict[str, bytes] = {}
+    for f in msg.files:
+        if f.sha256 and len(f.sha256) != 32:
+            raise InvalidArgumentError(f"{which}: file {f.path}: sha256 must be 32 bytes")
+        if f.sha256 and not f.data:
+            digests[f.path] = bytes(f.sha256)
+        else:
+            files[f.path] = bytes(f.data)
+    return equivalence.Outputs(
+        exit_status=msg.exit_status if msg.HasField("exit_status") else None,
+        payloads=tuple(msg.payloads),
+        files=files,
+        metrics={m.regex: tuple(m.values) for m in msg.metrics},
+        digests=digests,
+    )
+
+
+def verdict_to_pb(v: equivalence.Verdict) -> Any:
+    return pb.CompareOutputsResponse(
+        ok=v.ok, failures=v.failures, checked=v.checked, numbers_checked=v.numbers_checked
     )

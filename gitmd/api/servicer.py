@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from gitmd import capture_explain
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.auth.access import ADMIN, Access, Caller
@@ -30,6 +31,7 @@ from gitmd.errors import (
 from gitmd.experiments import equivalence
 from gitmd.experiments.tune import TunedLever
 from gitmd.jobs.registry import Registration
+from gitmd.levers import describe
 from gitmd.service import Service
 from gitmd.store import audit
 
@@ -141,12 +143,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             raise self._deny(caller, "RegisterJob", "", str(e)) from None
         if len(request.cpus) > 65536 or any(c >= 65536 for c in request.cpus):
             raise InvalidArgumentError("cpus: at most 65536 CPU numbers, each below 65536")
-        contract = equivalence.validate(
-            [
-                equivalence.Check(c.kind, c.rtol, c.atol, c.regex, c.path, c.compare)
-                for c in request.contract.checks
-            ]
-        )
+        contract = convert.contract_from_pb(request.contract)
         view, plan = self.svc.register_job(
             Registration(
                 name=request.name,
@@ -251,6 +248,15 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         if steps is not None:
             msg.step.CopyFrom(convert.steps_to_pb(steps))
         yield pb.TraceChunk(summary=msg)
+
+    @_rpc
+    def ExplainCapture(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        report = capture_explain.explain_capture(
+            (request.capture.name[:256] or "the capture", request.capture.data),
+            [(h.name[:256] or f"history file {i + 1}", h.data) for i, h in enumerate(request.history)],
+            request.top if request.HasField("top") else 8,
+        )
+        return convert.attribution_to_pb(report)
 
     # -- the library (readers; changes need the admin role) -----------------------------------
     @_rpc
@@ -372,6 +378,17 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         if policy is not None:
             resp.policy.CopyFrom(convert.policy_to_pb(policy))
         return resp
+
+    @_rpc
+    def CompareOutputs(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        contract = convert.contract_from_pb(request.contract)
+        baseline = convert.outputs_from_pb(request.baseline, "baseline")
+        treatment = convert.outputs_from_pb(request.treatment, "treatment")
+        return convert.verdict_to_pb(equivalence.evaluate(contract, baseline, treatment))
+
+    @_rpc
+    def ListLevers(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        return pb.ListLeversResponse(levers=[convert.lever_to_pb(x) for x in describe.catalog()])
 
     # -- access ---------------------------------------------------------------------------------
     @_rpc

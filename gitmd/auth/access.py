@@ -62,6 +62,9 @@ RPC_NEEDS: dict[str, Need] = {
     "RevertIntervention": Need.ANY,  # its job's owner, or admin
     "GetExperiment": Need.ANY,  # its job's owner or a reader
     "RecordTune": Need.ANY,  # its job's owner; the policy is scoped to them unless admin
+    "CompareOutputs": Need.ANY,  # the caller's own data; nothing stored
+    "ExplainCapture": Need.ANY,  # the caller's own capture files; nothing stored
+    "ListLevers": Need.ANY,  # the catalog is no secret: `gitmctl tune` needs it
     "WhoAmI": Need.ANY,
     "ListAudit": Need.READ,
 }

@@ -50,7 +50,7 @@ class Gate:
             if len(tokens) != 1 or not isinstance(tokens[0], str):
                 raise UnauthenticatedError(
                     "no token: fetch one from gitmd's credential socket (gitmctl and "
-                    "gitmd.auth.client do this for every call)"
+                    "gitmd.api.client_auth do this for every call)"
                 )
             return self.access.local(self.authority.redeem(tokens[0]))
         auth = context.auth_context() or {}

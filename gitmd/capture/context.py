@@ -12,6 +12,9 @@ While a window is open a thread samples, every ``interval_s`` (25 ms by default)
 
 Every read is isolated: a thread that ends, a field a board does not answer, a process that exits
 mid-window cost that value only (NaN or a carried-forward counter), never the window.
+
+What a window yields (WindowContext, rows of HOST_DTYPE and GPU_DTYPE) is plain data in
+gitmd.records, which analysis reads; this module samples it.
 """
 
 from __future__ import annotations
@@ -25,54 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gitmd.telemetry.backend import TelemetryBackend, encode_reasons
+from gitmd.records import GPU_DTYPE, HOST_DTYPE, WindowContext, encode_reasons
+from gitmd.telemetry.backend import TelemetryBackend
 
 log = logging.getLogger(__name__)
 
-HOST_DTYPE = np.dtype(
-    [
-        ("t_ns", "<i8"),  # unix realtime
-        ("job_run_ns", "<i8"),  # cumulative, all threads of the job's processes
-        ("job_wait_ns", "<i8"),  # cumulative runnable-but-waiting time, same threads
-        ("main_run_ns", "<i8"),  # the busiest thread only
-        ("main_wait_ns", "<i8"),
-        ("job_threads", "<i4"),
-        ("cores_busy_ns", "<i8"),  # cumulative busy time of the job's allowed cores (all tasks)
-        ("cores_total_ns", "<i8"),  # cumulative elapsed time of those cores
-    ]
-)
-GPU_DTYPE = np.dtype(
-    [
-        ("t_ns", "<i8"),
-        ("gpu", "<i4"),
-        ("sm_clock_mhz", "<f4"),
-        ("sm_clock_max_mhz", "<f4"),
-        ("power_mw", "<f4"),
-        ("power_limit_mw", "<f4"),
-        ("temperature_c", "<f4"),
-        ("reasons", "<u4"),  # NVML clock event reason bits
-        ("util_pct", "<f4"),
-        ("others", "<i4"),  # processes on this GPU that are not the job's
-        ("others_sm_pct", "<f4"),  # their SM utilization, summed, from the newest per-process samples
-    ]
-)
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _NS_PER_TICK = 1_000_000_000 // _CLK_TCK
-
-
-@dataclass(frozen=True)
-class WindowContext:
-    interval_s: float
-    cores: tuple[int, ...]  # the job's allowed CPUs
-    gpus: tuple[int, ...]  # the GPUs the job was seen on (all, when it was seen on none)
-    main_tid: int
-    host: np.ndarray  # HOST_DTYPE
-    gpu: np.ndarray  # GPU_DTYPE
-    notes: tuple[str, ...] = ()
-
-    @staticmethod
-    def empty() -> WindowContext:
-        return WindowContext(0.0, (), (), 0, np.zeros(0, HOST_DTYPE), np.zeros(0, GPU_DTYPE))
 
 
 def _read_schedstat(path: str) -> tuple[int, int] | None:

@@ -8,49 +8,29 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from gitmd import records
 from gitmd.capture.abi import Abi, load
 from gitmd.capture.ring import Ring
 
 
+def _no_hostsrcs() -> np.ndarray:
+    a = load()
+    return np.zeros(0, a.payloads[a.const("GITM_REC_HOSTSRC")])
+
+
 @dataclass
-class Decoded:
-    kernels: np.ndarray
-    memcpys: np.ndarray
-    memsets: np.ndarray
-    syncs: np.ndarray
-    memory: np.ndarray
-    clocks: np.ndarray
-    windows: np.ndarray
-    payloads: np.ndarray
-    names: dict[int, str] = field(default_factory=dict)
-    # host addresses of host-to-device copies (GITM_REC_HOSTSRC); empty in captures made before
-    # they existed
-    hostsrcs: np.ndarray = field(
-        default_factory=lambda: np.zeros(0, load().payloads[load().const("GITM_REC_HOSTSRC")])
-    )
+class Decoded(records.Decoded):
+    """gitmd.records.Decoded (what analysis reads), built by capture: it knows the shim's record
+    layout, so ``hostsrcs`` may be left out (captures made before they existed) and is then an
+    empty array of that layout."""
 
-    @property
-    def count(self) -> int:
-        return sum(len(a) for a in (self.kernels, self.memcpys, self.memsets, self.syncs, self.memory))
-
-    def timed(self) -> Decoded:
-        """Without the kernels, copies and memsets CUPTI gave no timestamps (start 0, or an end
-        before the start): the shim counts those as missing timestamps; timing analysis skips them."""
-
-        def ok(a: np.ndarray) -> np.ndarray:
-            good = (a["start_ns"] > 0) & (a["end_ns"] >= a["start_ns"])
-            return a if bool(good.all()) else a[good]
-
-        return dataclasses.replace(
-            self, kernels=ok(self.kernels), memcpys=ok(self.memcpys), memsets=ok(self.memsets)
-        )
+    hostsrcs: np.ndarray = field(default_factory=_no_hostsrcs)
 
 
 class NameTable:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gitmd.capture.decode import Decoded
+from gitmd.records import Decoded
 
 SOURCES = {1: "sync copy", 2: "async copy", 3: "generic copy"}
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gitmd.capture.abi import Abi, load
+from gitmd.records import RingStatus
 
 MAX_RING_FILE_BYTES = 1 << 31  # 2 GiB: the shim caps capacity at 2^24 records (1 GiB)
 STATUS_NAMES = {0: "init", 1: "idle", 2: "capturing", 3: "stepped_aside", 4: "off"}
@@ -67,26 +67,6 @@ class Page:
     def snapshot(self) -> Any:
         """The whole struct in one read (a copy)."""
         return np.frombuffer(self._ring.pread(self._offset, self._dtype.itemsize), dtype=self._dtype)[0]
-
-
-@dataclass(frozen=True)
-class RingStatus:
-    pid: int
-    start_time_ticks: int
-    status: str
-    reason: str
-    window_id: int
-    records_written: int
-    ring_drops: int
-    cupti_drops: int
-    missing_timestamps: int
-    buffers_completed: int
-    windows_opened: int
-    cupti_version: int
-    capacity: int
-    pending: int
-    detaches: int = 0  # windows closed with cuptiFinalize; the others closed with their kinds disabled
-    created_real_ns: int = 0  # the ring's creation by the shim (InitializeInjection, the first CUDA call)
 
 
 class Ring:

@@ -5,6 +5,9 @@ shim. A process is observed in one stretch: once gitmd has seen enough of it, ``
 tells its shim (which detaches CUPTI then only with capture.detach_cupti: detaching raced with
 other threads' launches and crashed jobs), and it gets no windows after that; a process that never
 had a window costs nothing.
+
+A closed window (WindowResult, a ProcessWindow per process) is plain data in gitmd.records, which
+analysis reads.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gitmd.capture.context import ContextSampler, WindowContext
 from gitmd.capture.decode import Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
 from gitmd.jobs.liveness import ProcessWatcher, ring_owner_problem, start_ticks
+from gitmd.records import ProcessWindow, WindowResult
 
 log = logging.getLogger(__name__)
 
@@ -93,25 +97,6 @@ class ProcessCapture:
         """Alive and its shim may still open a window: its observation has not ended (by gitmd, or
         by a detach its ring counts, e.g. a shim of the older detach-at-every-window kind)."""
         return self.alive and not self.observed and self.status().detaches == 0 and not self.broken
-
-
-@dataclass(frozen=True)
-class ProcessWindow:
-    pid: int
-    status: RingStatus
-    records: Decoded
-    clock_pairs: np.ndarray  # header pairs + CLOCK records: (cupti_ns, mono_ns, real_ns)
-
-
-@dataclass(frozen=True)
-class WindowResult:
-    job_id: str
-    window_id: int
-    start_real_ns: int
-    end_real_ns: int
-    processes: list[ProcessWindow]
-    notes: list[str]
-    context: WindowContext = field(default_factory=WindowContext.empty)
 
 
 @dataclass

@@ -64,6 +64,7 @@ class Job:
     # it died by a signal while gitmd had something in force on it, what that was ("" otherwise)
     run_s: float | None = None
     crash: str = ""
+    phase: str = ""  # the loop's phase (gitmd/loop/state.py), as last written
 
     @property
     def user(self) -> str:
@@ -120,6 +121,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         steps=r["steps"],
         run_s=r.get("run_s"),
         crash=r.get("crash") or "",
+        phase=r.get("phase") or "",
     )
 
 
@@ -297,6 +299,10 @@ class JobRegistry:
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:
             db.execute("UPDATE jobs SET workload_id = ? WHERE id = ?", [workload_id, job_id])
+
+    def set_phase(self, job_id: str, phase: str) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE jobs SET phase = ? WHERE id = ?", [phase, job_id])
 
     def set_state(self, job_id: str, state: str) -> None:
         with self.store.transaction() as db:

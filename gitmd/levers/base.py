@@ -58,9 +58,15 @@ class Lever(ABC):
     # cannot make a step shorter than the GPU's own work in it (experiments check what they measure
     # against that bound)
     host_only: ClassVar[bool] = False
+    # the values a setting that leaves them out gets (the catalog lists them: ListLevers); a key
+    # not here must be in the setting (the pid, CPUs or watts gitmd picks for the job)
+    defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, **setting: Any) -> None:
         self.setting: dict[str, Any] = dict(setting)
+
+    def setting_or_default(self, key: str) -> Any:
+        return self.setting.get(key, self.defaults[key])
 
     def applies_to(self, causes: Iterable[str]) -> bool:
         return bool(self.causes & set(causes))

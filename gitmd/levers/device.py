@@ -21,9 +21,13 @@ def _backend(target: Target) -> Any:
 
 
 class PowerLimit(Lever):
+    """Set the GPUs' power limit to ``watts``: a card held at its limit (throttling, power cap) runs
+    its clocks higher under a higher one."""
+
     name = "power_limit"
     kind = Kind.DEVICE
     causes = frozenset({"throttling", "power_cap"})
+    what = "power limit"
 
     def resources(self) -> frozenset[str]:
         return frozenset({"device:power"})
@@ -61,9 +65,13 @@ class PowerLimit(Lever):
 
 
 class SmClockLock(Lever):
+    """Lock the GPUs' SM clock at ``mhz``: a steady clock instead of one that slows down with the
+    card's temperature or power."""
+
     name = "clocks"
     kind = Kind.DEVICE
     causes = frozenset({"throttling"})
+    what = "locked SM clock"
 
     def resources(self) -> frozenset[str]:
         return frozenset({"device:clocks"})

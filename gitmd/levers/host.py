@@ -204,9 +204,10 @@ class SchedPriority(_PerThread):
     host_only = True
     causes = frozenset({"host_contention", "launch_bound", "sync_stall"})
     what = "nice value"
+    defaults = {"nice": -5}
 
     def wanted(self) -> int:
-        n = int(self.setting.get("nice", -5))
+        n = int(self.setting_or_default("nice"))
         if not -20 <= n <= 19:
             raise LeverError("nice must be -20..19")
         return n

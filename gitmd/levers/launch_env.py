@@ -117,34 +117,34 @@ class _AllocConf(EnvLever):
     option: ClassVar[str]
 
     def values(self) -> dict[str, str]:
-        return {"PYTORCH_CUDA_ALLOC_CONF": f"{self.option}:{self.setting.get('value', self.default())}"}
-
-    def default(self) -> str:
-        raise NotImplementedError
+        return {"PYTORCH_CUDA_ALLOC_CONF": f"{self.option}:{self.setting_or_default('value')}"}
 
 
 class AllocExpandableSegments(_AllocConf):
+    """PyTorch's caching allocator maps its segments as expandable virtual memory: one segment grows
+    instead of new ones being allocated (fewer cudaMalloc calls, less fragmentation)."""
+
     name = "alloc_expandable_segments"
     option = "expandable_segments"
-
-    def default(self) -> str:
-        return "True"
+    defaults = {"value": "True"}
 
 
 class AllocGcThreshold(_AllocConf):
+    """PyTorch's caching allocator reclaims unused cached blocks once the job's memory use passes
+    this fraction, instead of freeing its whole cache (and synchronizing) when an allocation fails."""
+
     name = "alloc_gc_threshold"
     option = "garbage_collection_threshold"
-
-    def default(self) -> str:
-        return "0.8"
+    defaults = {"value": "0.8"}
 
 
 class AllocMaxSplitSize(_AllocConf):
+    """PyTorch's caching allocator does not split cached blocks larger than this many MB, so large
+    blocks stay whole for large allocations (less fragmentation)."""
+
     name = "alloc_max_split_size"
     option = "max_split_size_mb"
-
-    def default(self) -> str:
-        return "256"
+    defaults = {"value": "256"}
 
 
 class AllocKeepCache(EnvLever):
@@ -170,9 +170,10 @@ class CudaDeviceMaxConnections(EnvLever):
     name = "cuda_device_max_connections"
     causes = frozenset({"launch_bound"})
     variables = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+    defaults = {"value": 32}
 
     def values(self) -> dict[str, str]:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": str(int(self.setting.get("value", 32)))}
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": str(int(self.setting_or_default("value")))}
 
 
 class CpuThreads(EnvLever):
@@ -181,9 +182,10 @@ class CpuThreads(EnvLever):
     name = "cpu_threads"
     causes = frozenset({"host_contention", "launch_bound"})
     variables = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    defaults = {"value": 4}
 
     def values(self) -> dict[str, str]:
-        n = str(int(self.setting.get("value", 4)))
+        n = str(int(self.setting_or_default("value")))
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
@@ -219,6 +221,7 @@ class DataloaderWorkers(EnvLever):
     causes = frozenset({"launch_bound", "host_contention"})
     risk = Risk.MEMORY
     variables = ("GITMD_DATALOADER_WORKERS",)
+    defaults = {"value": 4}
 
     def values(self) -> dict[str, str]:
-        return {"GITMD_DATALOADER_WORKERS": str(int(self.setting.get("value", 4)))}
+        return {"GITMD_DATALOADER_WORKERS": str(int(self.setting_or_default("value")))}

@@ -83,6 +83,7 @@ class StreamPriority(KnobLever):
         -errno.ENOENT: "the shim has not seen a kernel launch on that stream yet",
         -errno.ESTALE: "that stream is gone",
     }
+    defaults = {"priority": -5}
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"stream:{self.setting.get('pid')}:{self.setting.get('stream')}"})
@@ -97,10 +98,10 @@ class StreamPriority(KnobLever):
         return {"priority": self._query(target)}
 
     def apply(self, target: Target) -> None:
-        self.send(target, (self._stream(), int(self.setting.get("priority", -5)), 0))
+        self.send(target, (self._stream(), int(self.setting_or_default("priority")), 0))
 
     def verify(self, target: Target) -> None:
-        want = int(self.setting.get("priority", -5))
+        want = int(self.setting_or_default("priority"))
         now = self._query(target)
         if now != want:
             raise LeverError(f"stream_priority: stream {self._stream()} runs at priority {now}, not {want}")
@@ -112,11 +113,11 @@ class StreamPriority(KnobLever):
 class _DeviceValueKnob(KnobLever):
     """A knob on one value of a device's state in the process (args: device ordinal, value, 1 to
     only read; out[0] the value before): read, set, read back, put back. ``field`` names the value
-    in the setting and in what capture saves; ``resource`` what two levers must not share."""
+    in the setting and in what capture saves (its default value in ``defaults``); ``resource`` what
+    two levers must not share."""
 
     field: ClassVar[str]
     resource: ClassVar[str]
-    default: ClassVar[int]
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"{self.resource}:{self.setting.get('pid')}:{self._device()}"})
@@ -125,7 +126,7 @@ class _DeviceValueKnob(KnobLever):
         return int(self.setting.get("device", 0))
 
     def _want(self) -> int:
-        return int(self.setting.get(self.field, self.default))
+        return int(self.setting_or_default(self.field))
 
     def current(self, target: Target) -> int:
         return self.send(target, (self._device(), 0, 1))[0]
@@ -157,7 +158,7 @@ class MempoolRelease(_DeviceValueKnob):
     op_name = "GITM_KNOB_MEMPOOL_RELEASE"
     field = "bytes"
     resource = "mempool"
-    default = UINT64
+    defaults = {"bytes": UINT64}
 
     def _mismatch(self, now: int) -> str:
         return f"mempool_release: the pool's threshold is {now}, not {self._want()}"
@@ -228,7 +229,7 @@ class SyncSpin(_DeviceValueKnob):
     }
     SPIN = 1  # CU_CTX_SCHED_SPIN
     SLEEPING = (2, 4)  # CU_CTX_SCHED_YIELD, CU_CTX_SCHED_BLOCKING_SYNC: a wait that sleeps
-    default = SPIN
+    defaults = {"sched": SPIN}
 
     def _mismatch(self, now: int) -> str:
         got, want = SCHED_NAMES.get(now, str(now)), SCHED_NAMES.get(self._want(), str(self._want()))
@@ -332,6 +333,7 @@ class CotenantYield(KnobLever):
     why: ClassVar[dict[int, str]] = {
         -errno.EBUSY: "CUPTI gave the shim no subscriber (another one holds the slot, or no driver)"
     }
+    defaults = {"share": 750, "period_ms": 100}
 
     def _pids(self) -> list[int]:
         raw = self.setting.get("pids")
@@ -344,13 +346,13 @@ class CotenantYield(KnobLever):
         return pids
 
     def _share(self) -> int:
-        share = int(self.setting.get("share", 750))
+        share = int(self.setting_or_default("share"))
         if not 0 < share <= 950:
             raise LeverError("cotenant_yield: share must be 1..950 permille")
         return share
 
     def _period(self) -> int:
-        return int(self.setting.get("period_ms", 100))
+        return int(self.setting_or_default("period_ms"))
 
     def resources(self) -> frozenset[str]:
         return frozenset({f"yield:{p}" for p in self.setting.get("pids", [])})

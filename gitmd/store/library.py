@@ -2,142 +2,64 @@
 
 A recurring job gets its policy at registration: the launch key finds the workload, and the
 workload's active policy (pinned, else the validated one with the best speedup) goes into the
-launch plan. Export and import use a versioned JSON document; an import is validated completely
-before anything is written, and never silently replaces a pinned policy.
+launch plan. Export and import use a versioned JSON document (gitmd.store.library_document); an
+import is validated completely before anything is written, and never silently replaces a pinned
+policy. The records themselves are in gitmd.store.library_model.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.store.db import Store
-
-FORMAT = "gitm-library"
-VERSION = 1
-STATUSES = ("candidate", "validated", "pinned", "reverted")
-MAX_IMPORT_BYTES = 64 << 20
-MAX_WORKLOADS = 100_000
-MAX_POLICIES_PER_WORKLOAD = 1000
-MAX_KEYS_PER_WORKLOAD = 1000
-MAX_ENV = 64
-_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
-# Never settable by a policy: they would run code in the job or take the shim away from gitmd.
-FORBIDDEN_ENV = frozenset(
-    {
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "CUDA_INJECTION64_PATH",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PATH",
-    }
+from gitmd.store.library_document import (
+    FORBIDDEN_ENV,
+    FORMAT,
+    LIVE_POLICY_LEVERS,
+    MAX_ENV,
+    MAX_IMPORT_BYTES,
+    MAX_KEYS_PER_WORKLOAD,
+    MAX_POLICIES_PER_WORKLOAD,
+    MAX_WORKLOADS,
+    VERSION,
+    check_env,
+    check_live,
+    export_document,
+    validate_document,
 )
-_ID = re.compile(r"^[0-9a-f]{12}$")
+from gitmd.store.library_model import (
+    STATUSES,
+    Policy,
+    Workload,
+    policy_from_row,
+    signature_from_json,
+    signature_json,
+)
 
-
-@dataclass(frozen=True)
-class Policy:
-    id: int
-    workload_id: str
-    env: dict[str, str]
-    status: str
-    speedup: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-    gpu_model: str = ""
-    driver: str = ""
-    created_ns: int = 0
-    updated_ns: int = 0
-    pinned_by: str = ""
-    # live levers to apply to each run once its processes are seen (their intent: the stream or
-    # the CPUs are found anew in each run), e.g. [{"lever": "stream_priority", "setting": {...}}]
-    live: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class Workload:
-    id: str
-    name: str
-    signature: Signature
-    first_seen_ns: int
-    last_seen_ns: int
-    run_count: int
-    launch_keys: tuple[str, ...] = ()
-    policies: tuple[Policy, ...] = ()
-
-    @property
-    def active_policy(self) -> Policy | None:
-        """The policy for launches of anyone: pinned, else the best validated one that is not
-        scoped to one user."""
-        return self.active_policy_for(None)
-
-    def active_policy_for(self, uid: int | None) -> Policy | None:
-        """The policy a launch by ``uid`` gets: pinned, else the best validated one among those
-        for everyone and those scoped to ``uid`` (a user's own `gitmctl tune` results apply to
-        that user's launches only, until an admin pins them)."""
-        pinned = [p for p in self.policies if p.status == "pinned"]
-        if pinned:
-            return max(pinned, key=lambda p: p.updated_ns)
-        validated = [
-            p for p in self.policies if p.status == "validated" and p.evidence.get("scope_uid") in (None, uid)
-        ]
-        return max(validated, key=lambda p: p.speedup or 0.0) if validated else None
-
-    def live_policy_for(self, uid: int | None) -> Policy | None:
-        """The policy whose live levers a launch by ``uid`` gets: the active one if it has live
-        levers, else the best validated one that has (an environment policy and a live one then
-        both apply: they act on different things)."""
-        active = self.active_policy_for(uid)
-        if active is not None and active.live:
-            return active
-        if active is not None and active.status == "pinned":
-            return None  # a pin is exactly what runs
-        live = [
-            p
-            for p in self.policies
-            if p.status == "validated" and p.live and p.evidence.get("scope_uid") in (None, uid)
-        ]
-        return max(live, key=lambda p: p.speedup or 0.0) if live else None
-
-
-def _sig_json(s: Signature) -> str:
-    return json.dumps({"sequence": list(s.sequence), "shares": s.shares}, sort_keys=True)
-
-
-def _sig_from(text: str) -> Signature:
-    d = json.loads(text)
-    return Signature(tuple(d["sequence"]), {str(k): float(v) for k, v in d["shares"].items()})
-
-
-def _policy(r: dict[str, Any]) -> Policy:
-    settings = json.loads(r["settings"])
-    return Policy(
-        id=r["id"],
-        workload_id=r["workload_id"],
-        env=settings.get("env", {}),
-        live=tuple(settings.get("live", [])),
-        status=r["status"],
-        speedup=r["speedup"],
-        ci_low=r["ci_low"],
-        ci_high=r["ci_high"],
-        evidence=json.loads(r["evidence"]),
-        gpu_model=r["gpu_model"],
-        driver=r["driver"],
-        created_ns=r["created_ns"],
-        updated_ns=r["updated_ns"],
-        pinned_by=r["pinned_by"],
-    )
+__all__ = [
+    "FORBIDDEN_ENV",
+    "FORMAT",
+    "LIVE_POLICY_LEVERS",
+    "MAX_ENV",
+    "MAX_IMPORT_BYTES",
+    "MAX_KEYS_PER_WORKLOAD",
+    "MAX_POLICIES_PER_WORKLOAD",
+    "MAX_WORKLOADS",
+    "STATUSES",
+    "VERSION",
+    "Library",
+    "Policy",
+    "Workload",
+    "check_env",
+    "check_live",
+    "export_document",
+    "validate_document",
+]
 
 
 class Library:
@@ -154,13 +76,13 @@ class Library:
             for r in db.query("SELECT key FROM launch_keys WHERE workload_id = ? ORDER BY key", [row["id"]])
         )
         pols = tuple(
-            _policy(r)
+            policy_from_row(r)
             for r in db.query("SELECT * FROM policies WHERE workload_id = ? ORDER BY id", [row["id"]])
         )
         return Workload(
             row["id"],
             row["name"],
-            _sig_from(row["signature"]),
+            signature_from_json(row["signature"]),
             row["first_seen_ns"],
             row["last_seen_ns"],
             row["run_count"],
@@ -204,7 +126,7 @@ class Library:
         with self.store.transaction() as db:
             best_id, best = None, 0.0
             for r in db.query("SELECT id, signature FROM workloads"):
-                s = similarity(sig, _sig_from(r["signature"]))
+                s = similarity(sig, signature_from_json(r["signature"]))
                 if s > best:
                     best_id, best = r["id"], s
             if best_id is None or best < MATCH_THRESHOLD:
@@ -213,7 +135,7 @@ class Library:
                     "INSERT OR IGNORE INTO workloads "
                     "(id, name, signature, first_seen_ns, last_seen_ns, run_count) "
                     "VALUES (?, ?, ?, ?, ?, 0)",
-                    [best_id, name, _sig_json(sig), now, now],
+                    [best_id, name, signature_json(sig), now, now],
                 )
             db.execute(
                 "UPDATE workloads SET last_seen_ns = ?, run_count = run_count + ? WHERE id = ?",
@@ -235,7 +157,7 @@ class Library:
             rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
             if not rows:
                 raise NotFoundError(f"no policy {policy_id}")
-            p = _policy(rows[0])
+            p = policy_from_row(rows[0])
             if status == "pinned":
                 if p.status == "reverted":
                     raise InvalidArgumentError(f"policy {policy_id} was reverted; it cannot be pinned")
@@ -250,7 +172,7 @@ class Library:
                 "UPDATE policies SET status = ?, updated_ns = ?, pinned_by = ? WHERE id = ?",
                 [status, now, pinned_by, policy_id],
             )
-            return _policy(next(iter(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))))
+            return policy_from_row(next(iter(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))))
 
     def pin(self, policy_id: int, who: str) -> Policy:
         return self._set_status(policy_id, "pinned", who)
@@ -263,39 +185,7 @@ class Library:
 
     # -- export / import -----------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "exported_at_ns": time.time_ns(),
-            "workloads": [
-                {
-                    "id": w.id,
-                    "name": w.name,
-                    "signature": {"sequence": list(w.signature.sequence), "shares": w.signature.shares},
-                    "first_seen_ns": w.first_seen_ns,
-                    "last_seen_ns": w.last_seen_ns,
-                    "run_count": w.run_count,
-                    "launch_keys": list(w.launch_keys),
-                    "policies": [
-                        {
-                            "env": p.env,
-                            "live": list(p.live),
-                            "status": p.status,
-                            "speedup": p.speedup,
-                            "ci_low": p.ci_low,
-                            "ci_high": p.ci_high,
-                            "evidence": p.evidence,
-                            "gpu_model": p.gpu_model,
-                            "driver": p.driver,
-                            "created_ns": p.created_ns,
-                            "pinned_by": p.pinned_by,
-                        }
-                        for p in w.policies
-                    ],
-                }
-                for w in self.list()
-            ],
-        }
+        return export_document(self.list())
 
     def import_(self, raw: bytes) -> tuple[int, int]:
         """Merge a document; (workloads, policies) added. Raises InvalidArgumentError and changes
@@ -307,7 +197,7 @@ class Library:
             conflicts = []
             for w in doc["workloads"]:
                 local = {
-                    (json.dumps(_policy(r).env, sort_keys=True))
+                    (json.dumps(policy_from_row(r).env, sort_keys=True))
                     for r in db.query(
                         "SELECT * FROM policies WHERE workload_id = ? AND status = 'pinned'", [w["id"]]
                     )
@@ -350,7 +240,7 @@ class Library:
                         [key, w["id"], now],
                     )
                 have = {
-                    (json.dumps(_policy(r).env, sort_keys=True), r["status"])
+                    (json.dumps(policy_from_row(r).env, sort_keys=True), r["status"])
                     for r in db.query("SELECT * FROM policies WHERE workload_id = ?", [w["id"]])
                 }
                 for p in w["policies"]:
@@ -416,150 +306,6 @@ class Library:
                     now,
                 ],
             )
-            return _policy(next(iter(db.query("SELECT * FROM policies WHERE id = ?", [cur.lastrowid]))))
-
-
-# -- validation ------------------------------------------------------------------------------------
-
-
-def _fail(where: str, what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"import refused, nothing changed: {where}: {what}")
-
-
-def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
-    if isinstance(value, bool) and kind is not bool:
-        raise _fail(where, "must not be a boolean")
-    if not isinstance(value, kind):
-        raise _fail(where, f"must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
-    return value
-
-
-def check_env(env: Any, where: str, allowed: frozenset[str] | None = None) -> None:
-    """A policy's environment: names and values sane, nothing that would run code in the job or take
-    the shim away (FORBIDDEN_ENV, GITM_*), and with ``allowed`` only those variables (an imported
-    policy setting BASH_ENV, NODE_OPTIONS or GLIBC_TUNABLES ran a payload as the job's user)."""
-    _typed(env, dict, where)
-    if len(env) > MAX_ENV:
-        raise _fail(where, f"more than {MAX_ENV} variables")
-    for k, v in env.items():
-        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
-            raise _fail(where, f"{k!r} is not an environment variable name")
-        if k in FORBIDDEN_ENV or k.startswith("GITM_"):
-            raise _fail(where, f"{k} may not be set by a policy")
-        if allowed is not None and k not in allowed:
-            raise _fail(where, f"{k} is not a variable any lever of gitmd's catalog sets")
-        if not isinstance(v, str) or len(v) > 4096 or "\0" in v:
-            raise _fail(f"{where}.{k}", "must be a string of at most 4096 characters without NUL")
-
-
-# Live levers a policy may carry, with the setting keys each may hold (its intent; the target —
-# the stream, the CPUs — is found anew in every run).
-LIVE_POLICY_LEVERS: dict[str, tuple[str, ...]] = {
-    "stream_priority": ("priority",),
-    "cpu_affinity": (),
-    "sched_priority": ("nice",),
-    "mempool_release": ("bytes",),
-    "pin_host_buffer": (),  # the buffers are found anew in each run
-    "cotenant_yield": ("share", "period_ms"),  # the background co-tenants too
-    "sync_spin": ("sched",),
-    "alloc_keep_cache_live": (),  # the process that empties the cache is found anew in each run
-}
-
-
-def check_live(live: Any, where: str) -> None:
-    _typed(live, list, where)
-    if len(live) > len(LIVE_POLICY_LEVERS):
-        raise _fail(where, f"more than {len(LIVE_POLICY_LEVERS)} live levers")
-    for i, item in enumerate(live):
-        at = f"{where}[{i}]"
-        _typed(item, dict, at)
-        lever = item.get("lever")
-        if lever not in LIVE_POLICY_LEVERS:
-            raise _fail(f"{at}.lever", f"must be one of {', '.join(LIVE_POLICY_LEVERS)}")
-        setting = _typed(item.get("setting", {}), dict, f"{at}.setting")
-        for k, v in setting.items():
-            if k not in LIVE_POLICY_LEVERS[lever]:
-                raise _fail(
-                    f"{at}.setting", f"{lever} takes {', '.join(LIVE_POLICY_LEVERS[lever]) or 'nothing'}"
-                )
-            if not isinstance(v, int) or isinstance(v, bool) or not -(1 << 63) <= v < (1 << 64):
-                raise _fail(f"{at}.setting.{k}", "must be an integer")
-
-
-def _number(v: Any, where: str, optional: bool = True) -> None:
-    if v is None and optional:
-        return
-    _typed(v, (int, float), where)
-    if not math.isfinite(v):
-        raise _fail(where, "must be finite")
-
-
-def validate_document(raw: bytes, allowed_env: frozenset[str] | None = None) -> dict[str, Any]:
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise _fail("document", f"larger than {MAX_IMPORT_BYTES} bytes")
-    try:
-        doc = json.loads(
-            raw, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"{c} is not allowed"))
-        )
-    except (ValueError, UnicodeDecodeError) as e:
-        raise _fail("document", f"not JSON ({e})") from None
-    _typed(doc, dict, "document")
-    if doc.get("format") != FORMAT:
-        raise _fail("format", f"must be {FORMAT!r}")
-    if doc.get("version") != VERSION:
-        raise _fail("version", f"{doc.get('version')!r} is not a version this gitmd reads ({VERSION})")
-    workloads = _typed(doc.get("workloads"), list, "workloads")
-    if len(workloads) > MAX_WORKLOADS:
-        raise _fail("workloads", f"more than {MAX_WORKLOADS}")
-    seen = set()
-    for i, w in enumerate(workloads):
-        at = f"workloads[{i}]"
-        _typed(w, dict, at)
-        wid = _typed(w.get("id"), str, f"{at}.id")
-        if not _ID.fullmatch(wid) or wid in seen:
-            raise _fail(f"{at}.id", "must be 12 hex digits, once")
-        seen.add(wid)
-        if len(_typed(w.get("name", ""), str, f"{at}.name")) > 200:
-            raise _fail(f"{at}.name", "longer than 200 characters")
-        sig = _typed(w.get("signature"), dict, f"{at}.signature")
-        seq = _typed(sig.get("sequence"), list, f"{at}.signature.sequence")
-        if len(seq) > 100_000 or not all(isinstance(x, str) and len(x) < 512 for x in seq):
-            raise _fail(f"{at}.signature.sequence", "must be at most 100000 short strings")
-        shares = _typed(sig.get("shares"), dict, f"{at}.signature.shares")
-        for k, v in shares.items():
-            _number(v, f"{at}.signature.shares[{k!r}]", optional=False)
-        for key in ("first_seen_ns", "last_seen_ns", "run_count"):
-            if _typed(w.get(key), int, f"{at}.{key}") < 0:
-                raise _fail(f"{at}.{key}", "must not be negative")
-        keys = _typed(w.get("launch_keys", []), list, f"{at}.launch_keys")
-        if len(keys) > MAX_KEYS_PER_WORKLOAD or not all(
-            isinstance(k, str) and 0 < len(k) <= 4096 for k in keys
-        ):
-            raise _fail(f"{at}.launch_keys", "must be non-empty strings")
-        pols = _typed(w.get("policies", []), list, f"{at}.policies")
-        if len(pols) > MAX_POLICIES_PER_WORKLOAD:
-            raise _fail(f"{at}.policies", f"more than {MAX_POLICIES_PER_WORKLOAD}")
-        for j, p in enumerate(pols):
-            pat = f"{at}.policies[{j}]"
-            _typed(p, dict, pat)
-            check_env(p.get("env"), f"{pat}.env", allowed_env)
-            check_live(p.setdefault("live", []), f"{pat}.live")
-            if p.get("status") not in STATUSES:
-                raise _fail(f"{pat}.status", f"must be one of {', '.join(STATUSES)}")
-            for key in ("speedup", "ci_low", "ci_high"):
-                _number(p.get(key), f"{pat}.{key}")
-            _typed(p.get("evidence", {}), dict, f"{pat}.evidence")
-            for key in ("gpu_model", "driver", "pinned_by"):
-                if len(_typed(p.get(key, ""), str, f"{pat}.{key}")) > 200:
-                    raise _fail(f"{pat}.{key}", "longer than 200 characters")
-            _typed(p.get("created_ns", 0), int, f"{pat}.created_ns")
-            p.setdefault("evidence", {})
-            for key in ("speedup", "ci_low", "ci_high"):
-                p.setdefault(key, None)
-            for key in ("gpu_model", "driver", "pinned_by"):
-                p.setdefault(key, "")
-            p.setdefault("created_ns", 0)
-        w.setdefault("name", "")
-        w.setdefault("launch_keys", [])
-        w.setdefault("policies", [])
-    return doc
+            return policy_from_row(
+                next(iter(db.query("SELECT * FROM policies WHERE id = ?", [cur.lastrowid])))
+            )

@@ -1,4 +1,5 @@
-"""The telemetry backend base class, the values it returns, and the probing factory.
+"""The telemetry backend base class, the values it returns (defined in gitmd.records), and the
+probing factory.
 
 Backends translate vendor errors at this boundary: a field that cannot be read becomes a
 FieldError inside the sample, never an exception that drops the rest of it.
@@ -15,53 +16,39 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gitmd.errors import BackendUnavailableError, TelemetryError
+from gitmd.records import (
+    CLOCK_EVENT_REASONS,
+    REASON_BITS,
+    THROTTLING_REASONS,
+    FieldError,
+    GpuProcess,
+    GpuSample,
+    decode_reasons,
+    encode_reasons,
+)
+
+# The values every backend returns (GpuSample and its parts) and the clock event reasons are plain
+# data that analysis reads too: they live in gitmd.records and are re-exported from here.
+__all__ = [
+    "BYTE_METRICS",
+    "CLOCK_EVENT_REASONS",
+    "FLOAT_METRICS",
+    "REASON_BITS",
+    "THROTTLING_REASONS",
+    "FieldError",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "ProcessUtilization",
+    "SampleBuilder",
+    "TelemetryBackend",
+    "decode_reasons",
+    "encode_reasons",
+    "select_backend",
+    "translating",
+]
 
 log = logging.getLogger(__name__)
-
-# Clock event ("throttle") reasons, gitmd's names for NVML's nvmlClocksEventReason bits.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-REASON_BITS = {name: bit for bit, name in CLOCK_EVENT_REASONS}
-# Reasons that mean the GPU ran slower than it could have while it had work.
-THROTTLING_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
-
-
-def decode_reasons(mask: int) -> tuple[str, ...]:
-    """Names of the reason bits set in ``mask``; unknown bits come out as ``bit_0x...``."""
-    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    known = 0
-    for bit, _ in CLOCK_EVENT_REASONS:
-        known |= bit
-    rest = mask & ~known
-    bit = 1
-    while rest:
-        if rest & bit:
-            names.append(f"bit_{bit:#x}")
-            rest &= ~bit
-        bit <<= 1
-    return tuple(names)
-
-
-def encode_reasons(names: tuple[str, ...] | list[str]) -> int:
-    mask = 0
-    for name in names:
-        if name in REASON_BITS:
-            mask |= REASON_BITS[name]
-        elif name.startswith("bit_"):
-            mask |= int(name[4:], 16)
-    return mask
-
 
 # The optional metrics of a GpuSample: float-valued, then byte counts. One list for the store, the
 # API and the exporter.
@@ -95,56 +82,12 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    used_memory_bytes: int | None = None
-    name: str = ""
-
-
-@dataclass(frozen=True)
 class ProcessUtilization:
     """One of the vendor's per-process utilization samples (NVML takes them every ~1/6 s)."""
 
     pid: int
     ts_us: int  # unix time, microseconds
     sm_util_pct: float
-
-
-@dataclass(frozen=True)
-class FieldError:
-    field: str
-    message: str
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One reading of one GPU. Every metric is optional: None means it could not be read."""
-
-    gpu_index: int
-    uuid: str
-    ts_ns: int  # unix time, ns
-    utilization_gpu_pct: float | None = None
-    utilization_memory_pct: float | None = None
-    sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    sm_clock_max_mhz: float | None = None
-    mem_clock_max_mhz: float | None = None
-    power_mw: float | None = None
-    power_limit_mw: float | None = None
-    temperature_c: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    pcie_rx_bytes_per_s: float | None = None
-    pcie_tx_bytes_per_s: float | None = None
-    clock_event_reasons: tuple[str, ...] = ()
-    processes: tuple[GpuProcess, ...] = ()
-    errors: tuple[FieldError, ...] = ()
-    downsampled: bool = False
-    aggregated_samples: int = 1
-
-    @property
-    def throttled(self) -> bool:
-        return any(r in THROTTLING_REASONS for r in self.clock_event_reasons)
 
 
 class SampleBuilder:

@@ -42,6 +42,7 @@ install -m 0644 packaging/systemd/gitmd.sysusers "$STAGE/usr/lib/sysusers.d/gitm
 install -m 0644 packaging/systemd/gitmd.tmpfiles "$STAGE/usr/lib/tmpfiles.d/gitmd.conf"
 install -m 0644 packaging/gitmd.toml "$STAGE/etc/gitmd/gitmd.toml"
 install -m 0644 README.md "$STAGE/usr/share/doc/gitmd/README.md"
+cp -r docs "$STAGE/usr/share/doc/gitmd/docs" && chmod -R u=rwX,go=rX "$STAGE/usr/share/doc/gitmd/docs"
 [ -f shim/build/libgitm_shim.so ] && install -D -m 0755 shim/build/libgitm_shim.so "$STAGE/usr/lib/gitmd/libgitm_shim.so"
 [ -f shim/build/libgitm_guard.so ] && install -D -m 0755 shim/build/libgitm_guard.so "$STAGE/usr/lib/gitmd/libgitm_guard.so"
 # Scheduler integration: Slurm's Prolog/Epilog/TaskProlog, and the launcher for container images.

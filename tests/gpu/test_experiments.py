@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from gitmd.api.client_auth import open_channel
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.auth.client import open_channel
 from tests.integration.conftest import ROOT, Daemon, command, free_port
 
 W = ROOT / "bench" / "workloads"

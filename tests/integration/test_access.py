@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 import pytest
 
+from gitmd.api.client_auth import open_channel
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.auth.client import open_channel
 from tests.integration.conftest import SIM_CONFIG, Daemon, command, ctl
 
 OWNER, OTHER, READER, ADMIN = "gitmtest-a", "gitmtest-b", "gitmtest-r", "gitmtest-adm"
@@ -124,7 +124,7 @@ def acc_daemon(people: dict[str, Any]) -> Iterator[Daemon]:
 
 def tokens_of(d: Daemon, user: str, n: int) -> list[str]:
     code = (
-        "import sys; from pathlib import Path; from gitmd.auth.client import fetch_tokens; "
+        "import sys; from pathlib import Path; from gitmd.api.client_auth import fetch_tokens; "
         "print(' '.join(fetch_tokens(Path(sys.argv[1]), int(sys.argv[2]))))"
     )
     auth = d.socket.with_name("gitmd-auth.sock")

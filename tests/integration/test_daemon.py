@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from gitmd.auth.client import open_channel
+from gitmd.api.client_auth import open_channel
 from tests.integration.conftest import Daemon, command, ctl, ctl_json, free_port
 
 
@@ -191,20 +191,24 @@ def test_gitmctl_without_daemon_says_how_to_start(short_tmp: Path) -> None:
     assert r.returncode == 3 and "not running" in r.stderr
 
 
-def test_explain_a_capture_offline(short_tmp: Path) -> None:
+def test_explain_a_capture_offline(daemon: Daemon, short_tmp: Path) -> None:
+    """A capture file the CLI reads and sends: gitmd analyses it (ExplainCapture) and keeps nothing."""
     import json as _json
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "capture-cuda-known-work.npz"
-    r = ctl(short_tmp / "no.sock", "explain", "--capture", str(fixture))  # no daemon needed
+    r = ctl(daemon.socket, "explain", "--capture", str(fixture))
     assert "pageable copies: 10" in r.stdout and "gitm_probe_kernel" in r.stdout
-    report = _json.loads(ctl(short_tmp / "no.sock", "explain", "--capture", str(fixture), "--json").stdout)
+    report = _json.loads(ctl(daemon.socket, "explain", "--capture", str(fixture), "--json").stdout)
     (p,) = report["processes"]
     assert abs(sum(c["share"] for c in p["classes"]) - 1.0) < 1e-9 and p["step"]["found"]
     assert p["pageable_copies"] == 10 and p["pageable_saving_ms"] > 0
     bad = short_tmp / "bad.npz"
     bad.write_bytes(b"not a capture")
-    r = ctl(short_tmp / "no.sock", "explain", "--capture", str(bad), check=False)
+    r = ctl(daemon.socket, "explain", "--capture", str(bad), check=False)
     assert r.returncode == 2 and "not a gitm capture file" in r.stderr
+    r = ctl(daemon.socket, "explain", "--capture", str(short_tmp / "missing.npz"), check=False)
+    assert r.returncode == 2 and "missing.npz" in r.stderr
+    assert ctl_json(daemon.socket, "jobs", "--all")["jobs"] == []  # nothing stored
 
 
 def test_sighup_reloads_the_config_and_never_stops_gitmd(daemon_factory: Any, short_tmp: Path) -> None:

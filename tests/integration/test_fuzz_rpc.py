@@ -14,9 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gitmd.api.client_auth import open_channel
 from gitmd.api.pb import pb
 from gitmd.auth.access import RPC_NEEDS
-from gitmd.auth.client import open_channel
 from tests.integration.conftest import Daemon
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Gitmd"]

@@ -115,8 +115,8 @@ def test_tune_skips_numerics_levers_without_a_number_contract_and_refuses_bad_in
     r = tune(daemon, short_tmp, "--", sys.executable, "-c", "raise SystemExit(3)")
     assert r.returncode == 1 and "the command failed (exit 3)" in r.stderr
     # a result naming a lever outside the catalog is refused by gitmd, nothing written
+    from gitmd.api.client_auth import open_channel
     from gitmd.api.pb import pb, pb_grpc
-    from gitmd.auth.client import open_channel
 
     job = json.loads(ctl(daemon.socket, "jobs", "--all", "--json").stdout)["jobs"][0]["id"]
     with open_channel(daemon.socket) as ch:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gitmd.auth.client import CredentialError, TokenSource, fetch_tokens
+from gitmd.api.client_auth import CredentialError, TokenSource, fetch_tokens
 from gitmd.auth.peer import CredentialServer
 from gitmd.auth.tokens import TokenAuthority
 

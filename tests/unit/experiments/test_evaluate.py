@@ -42,3 +42,25 @@ def test_output_files() -> None:
     s = Contract((Check("output_file", path="/o.txt", compare="checksum"),))
     assert not evaluate(s, Outputs(files={"/o.txt": b"a"}), Outputs(files={"/o.txt": b"b"})).ok
     assert not evaluate(s, Outputs(files={"/o.txt": b"a"}), Outputs()).ok
+
+
+def test_a_checksum_from_a_digest_and_a_numeric_file_needs_contents() -> None:
+    import hashlib
+
+    c = Contract((Check("output_file", path="/o", compare="checksum"),))
+    digest = {"/o": hashlib.sha256(b"data").digest()}
+    v = evaluate(c, Outputs(exit_status=0, digests=digest), Outputs(exit_status=0, files={"/o": b"data"}))
+    assert v.ok and v.checked == ("output file /o (checksum)",) and v.numbers_checked
+    v = evaluate(c, Outputs(digests=digest), Outputs(digests={"/o": hashlib.sha256(b"else").digest()}))
+    assert v.failures == ("output file /o: checksum differs",)
+    assert evaluate(c, Outputs(digests=digest), Outputs()).failures == ("output file /o: missing",)
+    numeric = Contract((Check("output_file", path="/o", compare="numeric"),))
+    assert evaluate(numeric, Outputs(digests=digest), Outputs(digests=digest)).failures == (
+        "output file /o: missing",
+    )
+    records = io.BytesIO()
+    np.save(records, np.zeros(2, dtype=[("a", "f8"), ("b", "i4")]))
+    v = evaluate(
+        numeric, Outputs(files={"/o": records.getvalue()}), Outputs(files={"/o": records.getvalue()})
+    )
+    assert not v.ok and "not numbers" in v.failures[0]

@@ -1,8 +1,11 @@
-"""The client side: fetch tokens from the credential socket, send one with every RPC.
+"""The API's client side of authentication: fetch tokens from the credential socket, send one with
+every RPC.
 
-``TokenSource`` keeps a small pool (a batch per connection) and drops tokens near their expiry;
-``authenticated(channel, source)`` wraps a channel so every call carries a fresh token. Used by
-gitmctl, the benchmarks and any Python scheduler integration.
+The daemon takes a local caller for the uid the kernel reports on its credential socket
+(``gitmd.auth``); a client fetches single-use tokens there and sends one as the ``gitm-token``
+metadata of each call. ``TokenSource`` keeps a small pool (a batch per connection) and drops tokens
+near their expiry; ``authenticated(channel, source)`` wraps a channel so every call carries a fresh
+token. Used by gitmctl, the benchmarks and any Python scheduler integration.
 """
 
 from __future__ import annotations

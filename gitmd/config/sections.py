@@ -1,0 +1,239 @@
+"""The configuration's sections: one frozen dataclass per TOML table, with its defaults.
+
+What each setting means is said beside it; gitmd.config.checks says what values each may take.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BACKENDS = ("auto", "nvml", "rocm", "sim")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    runtime_dir: Path = Path("/run/gitmd")
+    state_dir: Path = Path("/var/lib/gitmd")
+    socket: Path | None = None  # None: <runtime_dir>/gitmd.sock
+    socket_group: str = "gitm"
+    socket_mode: int = 0o666  # every local user may connect; what they may do is decided per call
+    log_level: str = "info"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.socket if self.socket is not None else self.runtime_dir / "gitmd.sock"
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "gitmd.db"
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    backend: str = "auto"
+    interval_s: float = 1.0
+    full_rate_retention_s: float = 3600.0
+    downsampled_retention_s: float = 7 * 86400.0
+    retention_interval_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 9402  # 0: off
+    address: str = "127.0.0.1"
+
+
+CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload", "streams", "hostsrc")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    shim_path: Path | None = None  # None: the installed or built shim, found automatically
+    window_every_s: float = 30.0  # duty cycle: one window this often per running job (0: only on demand)
+    window_duration_s: float = 2.0
+    # a job's first duty window: this long (at most window_duration_s), since its launch rate, and
+    # so what a full window costs it, is unknown until a window has seen it; 0: as long as the others
+    first_window_s: float = 0.25
+    # a recurring job whose earlier runs lasted at least twice this long gets its first duty window
+    # once its processes are this old: from a process's first window on CUPTI stays attached to it
+    # (~40% per launch on a launch-bound loop, H200), so an earlier window costs that for longer, and
+    # start-up windows rarely show the step; a job that got its workload's policy and is not explored
+    # waits too, and so does a first run (taken as long until it has shown otherwise); short jobs and
+    # jobs with a live policy whose lever needs a window keep the early window (launch trials' runs
+    # get none); 0: no wait
+    settle_s: float = 10.0
+    # a process is observed in one stretch: once this many windows of its job are analysed, it is
+    # settled and nothing gitmd runs on it needs another (an experiment, a live lever that acts
+    # through a window), it gets no more windows (its shim detaches CUPTI then only with
+    # detach_cupti; attaching CUPTI again after a detach crashed jobs). Its windows come a second
+    # apart meanwhile, as do a job's start-up windows (until one finds its step): between them
+    # CUPTI stays attached with its activity off (~40% per launch on a launch-bound loop)
+    session_windows: int = 3
+    # let the shim detach CUPTI (cuptiFinalize, once) when a process's observation ends, so a
+    # launch-bound job pays nothing after it. Off: on the H200 (CUDA 13.0) the finalize raced with
+    # another thread's kernel launch inside CUPTI and killed a third-party training job (timm's
+    # benchmark, SIGSEGV in the autograd thread's cuLaunchKernel, 2 of 3 runs; jobs where CUDA is
+    # called from one thread never crashed). Off, CUPTI stays attached with its activity disabled
+    # after a process's first window: ~+40% per launch on a launch-bound loop, ~+0.4% on a
+    # GPU-bound training step (bench/results/2026-12-02-shim-h200.md)
+    detach_cupti: bool = False
+    ring_records: int = 1 << 16  # per process, 64 bytes each
+    flush_interval_ms: int = 250
+    context_interval_ms: int = 25  # host and GPU sampling period while a window is open
+    kinds: tuple[str, ...] = CAPTURE_KINDS
+    overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job
+    launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
+    # preload libgitm_guard.so (next to the shim) into jobs, so pin_host_buffer can page-lock hot
+    # host buffers: it unregisters a range before the program frees or unmaps it
+    free_guard: bool = True
+    # the newest this many analysed windows of each job (duty and experiment windows) written to
+    # <state_dir>/windows/<job id>/<window id>.npz, in `gitmctl trace --raw`'s format, for diagnosing
+    # what gitmd saw (root-only: they hold kernel names and output samples); 0: none
+    keep_windows: int = 0
+
+
+LIVE_LEVERS = (
+    "cpu_affinity",
+    "sched_priority",
+    "stream_priority",
+    "mempool_release",
+    "pin_host_buffer",
+    "cotenant_yield",
+    "sync_spin",
+    "alloc_keep_cache_live",
+)
+
+
+LAUNCH_LEVERS = (
+    "tf32_override",
+    "alloc_expandable_segments",
+    "alloc_gc_threshold",
+    "alloc_max_split_size",
+    "alloc_keep_cache",
+    "cuda_device_max_connections",
+    "cpu_threads",
+    "cudnn_benchmark",
+    "dataloader_pin_memory",
+    "dataloader_workers",
+)
+
+
+@dataclass(frozen=True)
+class ExperimentsConfig:
+    enabled: bool = True  # live experiments on jobs whose registration allows exploration
+    min_gain: float = 0.03  # promote only when the interval's lower bound clears 1 + min_gain
+    rounds: int = 4  # AB/BA pairs per experiment
+    settle_s: float = 0.5  # after applying, before the treatment window
+    live_levers: tuple[str, ...] = LIVE_LEVERS
+    # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
+    launch_levers: tuple[str, ...] = LAUNCH_LEVERS
+    run_rounds: int = 3  # AB/BA pairs of runs per launch trial
+    # a launch trial whose every pair of runs is at least this much faster by the runs' own clock,
+    # beyond 3x the workload's run-to-run spread (from 3 plain runs) and within what its cause
+    # allows, outputs equal, is decided before run_rounds pairs; a live experiment likewise after
+    # two pairs of windows, before `rounds` (0: never early)
+    early_speedup: float = 1.5
+    # a launch that got its workload's validated policy is not explored further: the library
+    # says the workload is tuned (`gitmctl tune -- CMD` still tries launch levers on request)
+    explore_known: bool = False
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    read_group: str = "gitm"  # read-only calls: root and this group
+    admin_group: str = "gitm-admin"  # library-wide actions: root and this group
+    allow_device_levers: bool = False  # power limit and clocks; root only, and only when true
+    token_ttl_s: float = 60.0  # lifetime of a single-use token from the credential socket
+    auth_socket: Path | None = None  # None: <socket's stem>-auth.sock beside the API socket
+
+
+REMOTE_ROLES = ("reader", "scheduler", "admin")
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """The optional TCP listener for remote schedulers: mutual TLS only, off unless ``listen`` is set."""
+
+    listen: str = ""  # e.g. "0.0.0.0:9443"; empty: no TCP listener
+    cert: Path | None = None  # the server's certificate chain (PEM)
+    key: Path | None = None  # its private key (PEM)
+    client_ca: Path | None = None  # CA(s) that sign client certificates (PEM); required
+    subjects: tuple[tuple[str, str], ...] = ()  # certificate common name -> role
+
+
+@dataclass(frozen=True)
+class ThrottleEpisode:
+    gpu: int
+    start_s: float
+    duration_s: float
+    reason: str = "sw_power_cap"
+    sm_clock_factor: float = 0.6
+
+
+@dataclass(frozen=True)
+class SimProcess:
+    gpu: int
+    pid: int
+    name: str = "sim-job"
+    used_memory_bytes: int = 1 << 30
+    start_s: float = 0.0
+    end_s: float | None = None
+    sm_util_pct: float = 50.0  # what its per-process utilization samples say
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    gpus: int = 2
+    seed: int = 0
+    name: str = "Simulated H200"
+    memory_total_bytes: int = 141 * 10**9
+    throttle_episodes: tuple[ThrottleEpisode, ...] = ()
+    processes: tuple[SimProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    source: Path | None = None  # the file it came from, None for built-in defaults
+
+    def summary(self) -> dict[str, str]:
+        """Flattened "section.key" -> value, for GetStatus and logs."""
+        out: dict[str, str] = {}
+        for section in ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote"):
+            for f in dataclasses.fields(getattr(self, section)):
+                value = getattr(getattr(self, section), f.name)
+                if f.name == "socket_mode":
+                    value = oct(value)
+                if isinstance(value, tuple):
+                    value = ",".join(v if isinstance(v, str) else "=".join(v) for v in value)
+                out[f"{section}.{f.name}"] = "" if value is None else str(value)
+        out["daemon.socket"] = str(self.daemon.socket_path)
+        out["access.auth_socket"] = str(self.auth_socket_path)
+        out["config.source"] = str(self.source) if self.source else "(built-in defaults)"
+        return out
+
+    @property
+    def auth_socket_path(self) -> Path:
+        if self.access.auth_socket is not None:
+            return self.access.auth_socket
+        sock = self.daemon.socket_path
+        return sock.with_name(sock.stem + "-auth.sock")
+
+    def relocated(self, prefix: Path) -> Config:
+        """All paths under ``prefix``: state in prefix/lib, runtime in prefix/run (make run's ./var/)."""
+        prefix = prefix.absolute()
+        daemon = dataclasses.replace(
+            self.daemon, state_dir=prefix / "lib", runtime_dir=prefix / "run", socket=None
+        )
+        access = dataclasses.replace(self.access, auth_socket=None)
+        return dataclasses.replace(self, daemon=daemon, access=access)

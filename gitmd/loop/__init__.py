@@ -1,0 +1,94 @@
+"""gitmd's control loop, one stage a module, calls going one way (down to analysis, levers,
+capture, experiments and the store; none of them calls back):
+
+    launch.py    a registered job's start: its workload's known-good policy, a launch trial's arm
+    observe.py   capture windows on the duty tick; each window's steps and fingerprint
+    attribute.py the window's causes and what each costs (analysis/)
+    choose.py    which trial a cause selects: a live one now, or a launch trial over the next runs
+    trials.py    a trial run as a controlled experiment, kept only when measurably faster with the
+                 outputs unchanged, else rolled back; a kept one becomes a policy of the workload
+    known.py     a recurring job's validated live policy, applied and kept (no trial)
+    exits.py     a job's end: its run's own clock, a crash told apart, its launch trial's run
+    targets.py   what a live lever acts on in a job (its processes, stream, buffers, CPUs)
+    state.py     each job's place in the loop (JobState, Phase); publish.py its view and events
+
+Loop.run_window is the loop, once per window; the rest of it happens when a live trial decides
+(trials.run_live) and when a launch trial's run exits (exits.exited -> trials.run_ended).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from gitmd.loop.attribute import Attribute
+from gitmd.loop.choose import Choose
+from gitmd.loop.deps import Deps
+from gitmd.loop.exits import Exits
+from gitmd.loop.known import Known
+from gitmd.loop.launch import Launch
+from gitmd.loop.observe import Observe
+from gitmd.loop.publish import Publisher
+from gitmd.loop.targets import Targets
+from gitmd.loop.trials import Trials
+
+log = logging.getLogger(__name__)
+
+
+class Loop:
+    def __init__(self, d: Deps) -> None:
+        self.d = d
+        self.pub = Publisher(d)
+        self.observe = Observe(d, self.pub)
+        self.attribute = Attribute(d, self.observe)
+        self.targets = Targets(d)
+        self.known = Known(d, self.targets)
+        self.trials = Trials(d, self.observe, self.targets, self.pub)
+        self.choose = Choose(d, self.pub, self.attribute, self.targets, self.trials)
+        self.launch = Launch(d, self.pub, self.observe, self.targets, self.trials)
+        self.exits = Exits(d, self.pub, self.trials)
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
+
+    def tick(self) -> None:
+        """The duty tick: a window for every job that is due one (each in the window pool)."""
+        if self.d.capture is None:
+            return
+        now = time.monotonic()
+        for job_id in self.d.capture.job_ids():
+            if not self.observe.ready(job_id, now):
+                continue
+            if self.known.window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
+                self.pool.submit(functools.partial(self.known.apply, window_free=True), job_id)
+            if self.observe.wants_window(job_id):
+                self.pool.submit(self.run_window, job_id)
+
+    def run_window(self, job_id: str) -> None:
+        """The loop, once per observation window of a running job."""
+        got = self.observe.window(job_id)  # observe: a capture window, its steps, its workload
+        if got is None:
+            return
+        window, probe = got
+        try:
+            self.known.apply(job_id)  # known: the workload's validated live policy, kept
+            self.choose.live(job_id)  # attribute, choose: a live trial on this run now (trials.py)
+            self.choose.launch(job_id)  # ... or a launch trial over the workload's next runs
+        except Exception:
+            log.exception("planning an experiment on job %s failed", job_id)
+        self.observe.schedule_next(job_id, window)
+        st = self.d.states.of(job_id)
+        with self.d.states.exp_lock:
+            if st.experiment is not None:
+                return  # its live trial opens the windows it needs, and ends the observation
+        if self.observe.end_if_done(job_id):
+            return  # observed enough: no window again
+        if self.observe.full_window_now(job_id, probe):
+            self.pool.submit(self.run_window, job_id)
+
+    def shutdown(self) -> None:
+        self.trials.shutdown()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["Deps", "Loop"]

@@ -1,0 +1,76 @@
+"""Attribute: a job's window analysed into causes and what each cost (analysis/report.py), kept
+per job; and which causes showed in two windows in a row (what the loop acts on)."""
+
+from __future__ import annotations
+
+from gitmd.analysis.report import WindowReport, window_report
+from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.jobs.registry import Job
+from gitmd.loop.deps import Deps
+from gitmd.loop.observe import Observe
+
+REPORTS_KEPT = 8  # attribution reports kept per job (gitmctl explain --window)
+
+
+class Attribute:
+    def __init__(self, d: Deps, observe: Observe) -> None:
+        self.d = d
+        self.observe = observe
+
+    def report(self, job: Job, window_id: int = 0) -> WindowReport:
+        """A window of the job analysed: the latest (taken now if there is none yet), or one of the
+        REPORTS_KEPT latest reports by window id."""
+        d = self.d
+        st = d.states.of(job.id)
+        kept = st.reports
+        if window_id and window_id in kept:
+            return kept[window_id]
+        jc = d.capture.get(job.id) if d.capture is not None else None
+        if jc is None and job.state in ("exited", "lost"):
+            code = f", exit {job.exit_code}" if job.exit_code is not None else ""
+            crash = f"; {job.crash}" if job.crash else ""
+            raise InvalidArgumentError(
+                f"job {job.id} ({job.name}) has ended ({job.state}{code}{crash}); gitmd keeps the reports "
+                "of running jobs only: `gitmctl job` shows what its run came to"
+            )
+        if jc is None:
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
+        window = jc.last
+        if window is None:
+            assert d.capture is not None
+            window = d.capture.capture(job.id, d.config.capture.window_duration_s)
+            self.observe.after_window(window)
+        if window_id and window_id != window.window_id:
+            held = sorted({*kept, window.window_id})
+            raise NotFoundError(
+                f"window {window_id} of job {job.id} is not held; gitmd keeps the latest window and "
+                f"the reports it made: {', '.join(map(str, held))}"
+            )
+        if window.window_id in kept:
+            return kept[window.window_id]
+        report = window_report(window, history=st.history, tester=d.granger)
+        kept[window.window_id] = report
+        for old in sorted(kept)[:-REPORTS_KEPT]:
+            del kept[old]
+        return report
+
+    def earlier_causes(self, job: Job, report: WindowReport) -> set[str]:
+        """The causes above threshold in the window before ``report``'s: of this run, or for its
+        first window, the previous run's last one (runs shorter than two windows are common: a 15-s
+        job gets a short first window and one full window). Experiments and launch trials act only
+        on a cause seen in two windows in a row: one window can be start-up (a model's weights
+        copied from pageable memory once look like a pageable-copy cause; a bf16 job's warm-up
+        looked like a 25% sync stall on the H200, 2026-12-03, and a CPU experiment ran on it)."""
+        now = {c.name for c in report.causes if c.above_threshold}
+        st = self.d.states.of(job.id)
+        by_workload = self.d.states.workload_causes
+        first = st.causes is None
+        wid, seen, earlier = st.causes or (-1, set(), set())
+        if wid != report.window_id:
+            earlier = (
+                (by_workload.get(job.workload_id, set()) if job.workload_id else set()) if first else seen
+            )
+            st.causes = (report.window_id, now, earlier)
+            if job.workload_id:
+                by_workload[job.workload_id] = now
+        return earlier

@@ -1,0 +1,43 @@
+"""What every stage of the loop works with: the daemon's parts, handed down once (Deps)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from gitmd.analysis.worker import GrangerWorker
+from gitmd.capture.windows import CaptureManager
+from gitmd.config import Config
+from gitmd.events import Hub
+from gitmd.experiments.interventions import Interventions
+from gitmd.experiments.live import ExperimentStore
+from gitmd.experiments.runs import LaunchTrials
+from gitmd.jobs.registry import JobRegistry
+from gitmd.levers.host import CpuLoad
+from gitmd.loop.state import States
+from gitmd.loop.views import JobEvent
+from gitmd.store.crashes import SuspectCrashes
+from gitmd.store.library import Library
+from gitmd.telemetry.backend import GpuInfo, TelemetryBackend
+
+
+@dataclass
+class Deps:
+    config: Config
+    backend: TelemetryBackend
+    jobs: JobRegistry
+    capture: CaptureManager | None
+    library: Library
+    interventions: Interventions
+    experiments: ExperimentStore
+    launch_trials: LaunchTrials
+    crashes: SuspectCrashes
+    gpus: list[GpuInfo]
+    cpu_load: CpuLoad
+    granger: GrangerWorker
+    alive: threading.Event
+    job_events: Hub[JobEvent] = field(default_factory=Hub)
+    states: States = field(default_factory=States)
+
+    def gpu_model(self) -> str:
+        return self.gpus[0].name if self.gpus else ""

@@ -1,0 +1,118 @@
+"""Launch: what a registered job starts with — its workload's known-good policy, a launch trial's
+arm, the capture (or not, after a crash), and whether its first window waits for it to settle."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch_key import launch_key
+from gitmd.jobs.registry import Job, Registration
+from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
+from gitmd.loop.deps import Deps
+from gitmd.loop.observe import Observe
+from gitmd.loop.publish import Publisher
+from gitmd.loop.state import LivePending
+from gitmd.loop.targets import Targets
+from gitmd.loop.trials import Trials
+from gitmd.store.library import Workload
+
+log = logging.getLogger(__name__)
+
+
+class Launch:
+    def __init__(self, d: Deps, pub: Publisher, observe: Observe, targets: Targets, trials: Trials) -> None:
+        self.d = d
+        self.pub = pub
+        self.observe = observe
+        self.targets = targets
+        self.trials = trials
+
+    def register(
+        self, reg: Registration, audit_row: dict[str, object] | None = None
+    ) -> tuple[Job, LaunchPlan]:
+        d = self.d
+        want_capture = reg.capture and d.capture is not None
+        found: dict[str, Workload] = {}
+        suspect = None
+        if want_capture:
+            key = reg.launch_key or launch_key(list(reg.command), reg.cwd)
+            w0 = d.library.by_launch_key(key)
+            suspect = d.crashes.find(w0.id if w0 else "", key)
+            if suspect is not None:
+                want_capture = False  # run plainly until one run ends clean (gitmd/store/crashes.py)
+
+        def resolve(key: str) -> str:
+            w = d.library.by_launch_key(key)
+            if w is not None:
+                found["w"] = w
+            return w.id if w else ""
+
+        job, plan = d.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve, audit_row)
+        st = d.states.of(job.id)
+        workload = found.get("w")
+        if workload is not None:
+            plan = self._known(job, reg, workload, plan)
+        if plan.capture and set(LIVE_FLAG_LEVERS) & set(d.config.experiments.live_levers):
+            plan = dataclasses.replace(plan, env={**plan.env, LIVE_FLAGS_VAR: "1"})
+        plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
+        if reg.capture and d.capture is None:
+            plan = LaunchPlan(
+                plan.env, (*plan.warnings, "the job runs untraced: capture is off in gitmd"), False
+            )
+        if suspect is not None:
+            plan = dataclasses.replace(
+                plan,
+                warnings=(
+                    *plan.warnings,
+                    f"runs without gitmd's capture: run {suspect.job_id} of this program crashed under it "
+                    f"({suspect.reason}); capture resumes once a run ends cleanly without it",
+                ),
+            )
+        if plan.capture and d.capture is not None:
+            d.capture.track(job.id, Path(job.runtime_dir))
+            why = self.observe.settles(job, plan)
+            if why:
+                st.settling = True
+                log.info("job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
+                         "(capture.settle_s)", job.id, job.name, why, d.config.capture.settle_s)  # fmt: skip
+        for w in plan.warnings:
+            log.warning("job %s (%s): %s", job.id, job.name, w)
+        return job, plan
+
+    def _known(self, job: Job, reg: Registration, workload: Workload, plan: LaunchPlan) -> LaunchPlan:
+        """A recurring job: its known-good policy comes with the launch, no experiment needed; or it
+        is the next run of its workload's launch trial."""
+        d = self.d
+        st = d.states.of(job.id)
+        policy = workload.active_policy_for(job.uid)
+        env = {**(policy.env if policy else {}), **plan.env}  # gitmd's own variables win
+        plan = dataclasses.replace(
+            plan,
+            env=env,
+            workload_id=workload.id,
+            policy_id=policy.id if policy else 0,
+            policy_status=policy.status if policy else "",
+        )
+        st.policy_id = policy.id if policy else 0
+        live = workload.live_policy_for(job.uid)
+        if live is not None and plan.capture:
+            # applied (and kept) once the run's processes are seen: no experiment needed (known.py)
+            items = [dict(x) for x in live.live]
+            st.live = LivePending(live.id, items, 0)
+            cpus = self.targets.exec_cpus(job, reg.cpus, items)
+            if cpus:
+                plan = dataclasses.replace(plan, cpus=cpus)
+            if not policy:
+                st.policy_id = live.id
+                plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)
+        if reg.allow_exploration and plan.capture and d.config.experiments.enabled:
+            plan = self.trials.arm(job, workload.id, plan)
+            if self.pub.known(job.id) and not plan.trial:
+                log.info(
+                    "job %s (%s): launched with policy %d of workload %s; not explored "
+                    "(experiments.explore_known = false)", job.id, job.name, st.policy_id, workload.id,
+                )  # fmt: skip
+        return plan

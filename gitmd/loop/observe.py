@@ -1,0 +1,257 @@
+"""Observe: a job's capture windows, from the duty tick until its observation is done; each
+window's steps and fingerprint (which workload it is)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from gitmd.analysis.fingerprint import signature
+from gitmd.analysis.model import History
+from gitmd.analysis.report import add_to_history
+from gitmd.analysis.steps import JobSteps, job_steps
+from gitmd.capture import capture_file, duty
+from gitmd.capture.ring import RingStatus
+from gitmd.capture.windows import WindowResult
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.registry import Job
+from gitmd.loop.deps import Deps
+from gitmd.loop.publish import Publisher
+
+log = logging.getLogger(__name__)
+# live levers whose target is the job's processes themselves (or its background co-tenants'): a
+# policy of them is applied as soon as the processes show, with no capture window
+WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield", "alloc_keep_cache_live"})
+
+
+class Observe:
+    def __init__(self, d: Deps, pub: Publisher) -> None:
+        self.d = d
+        self.pub = pub
+
+    # -- when windows come -----------------------------------------------------------------------
+    def settles(self, job: Job, plan: LaunchPlan) -> str:
+        """Why the job's first duty window waits until its processes are capture.settle_s old ("":
+        it does not).
+        From a process's first window on, CUPTI stays attached to it with its activity off (the shim
+        never detaches it by default: detaching crashed jobs), which costs a launch-bound job ~40%;
+        an earlier first window costs that for longer, and start-up rarely shows the step.
+        A job is taken as long until it has shown otherwise: a first run waits (CuPy control, H200
+        2026-12-03: its first 30-s run +18.1% with a window at start-up, its recurring ones +2.6%),
+        as does a recurring job whose earlier runs (the latest three) all lasted at least twice
+        settle_s, and one that got its workload's policy and is not explored (known: contended's
+        policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd).
+        A job one of whose runs was shorter keeps the early window (its start-up is most of its
+        life), as does one with a live policy whose lever needs a window to find what it acts on (a
+        stream, a buffer). A launch trial's run gets no window at all (its own clock measures it)."""
+        settle = self.d.config.capture.settle_s
+        if settle <= 0 or plan.trial:
+            return ""
+        st = self.d.states.of(job.id)
+        if st.live is not None and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items):
+            return ""
+        if self.pub.known(job.id):
+            return "it got its workload's policy"
+        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns)
+        if not runs:
+            return "a first run (taken as long until it has shown otherwise)"
+        return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""
+
+    def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
+        """A settling job whose oldest live process is younger than capture.settle_s."""
+        st = self.d.states.of(job_id)
+        if not st.settling:
+            return False
+        born = [s.created_real_ns for s, alive in procs if alive and s.created_real_ns]
+        if born and time.time_ns() - min(born) < self.d.config.capture.settle_s * 1e9:
+            return True
+        st.settling = False  # settled: from now on its windows come as any job's
+        log.info("job %s: its processes have settled; first capture window now", job_id)
+        return False
+
+    def ready(self, job_id: str, now_mono: float) -> bool:
+        """The duty tick's first question: is the job due (no window open, its period past), with
+        no live trial taking its windows, and a live process?"""
+        d = self.d
+        assert d.capture is not None
+        jc = d.capture.get(job_id)
+        if jc is None or jc.lock.locked() or now_mono < jc.next_due_mono:
+            return False  # a window open, or not due: the period is stretched to hold the overhead budget
+        st = d.states.of(job_id)
+        with d.states.exp_lock:
+            if st.experiment is not None:
+                return False  # its experiment opens the windows it needs
+        return any(alive for _, alive in d.capture.processes(job_id))
+
+    def wants_window(self, job_id: str) -> bool:
+        """The second: a ready job gets a window unless it is a launch trial's run, its observation
+        has ended, or it is still settling."""
+        d = self.d
+        assert d.capture is not None
+        if d.states.of(job_id).trial_id is not None:
+            return False  # measured by its own clock: CUPTI never attached to either arm
+        if not d.capture.observable(job_id):
+            return False  # every live process's observation has ended
+        jc = d.capture.get(job_id)
+        return not (
+            jc is not None and jc.windows == 0 and self.unsettled(job_id, d.capture.processes(job_id))
+        )
+
+    def window(self, job_id: str) -> tuple[WindowResult, bool] | None:
+        """A duty window of the job, analysed (after_window); with whether it was the short first
+        probe. None when the job ended meanwhile or capture failed."""
+        d = self.d
+        assert d.capture is not None
+        c = d.config.capture
+        jc = d.capture.get(job_id)
+        duration = c.window_duration_s
+        probe = jc is not None and jc.period_s == 0.0 and 0 < c.first_window_s < duration
+        if probe:
+            duration = c.first_window_s  # its launch rate is unknown yet: see duty.py
+        period_now = max(jc.period_s if jc is not None else 0.0, c.window_every_s)
+        cap = duty.window_records(period_now, c.overhead_budget, c.launch_cost_us)
+        try:
+            w = d.capture.capture(job_id, duration, max_records=cap)
+        except KeyError:
+            return None  # the job exited meanwhile
+        except Exception:
+            log.exception("capture window of job %s failed", job_id)
+            return None
+        self.after_window(w)
+        return w, probe
+
+    def schedule_next(self, job_id: str, w: WindowResult) -> None:
+        """When the job's next window is due: a tick later while it settles or is observed, else
+        the period that holds the overhead budget."""
+        d = self.d
+        assert d.capture is not None
+        c = d.config.capture
+        kernels = sum(len(p.records.kernels) for p in w.processes)
+        window_s = (w.end_real_ns - w.start_real_ns) / 1e9
+        period = duty.next_period(
+            kernels, window_s, c.window_every_s, c.overhead_budget, c.launch_cost_us, c.window_duration_s
+        )
+        jc = d.capture.get(job_id)
+        if jc is None:
+            return
+        if not self.pub.settled(job_id) or jc.windows < c.session_windows:
+            # start-up, or the process's observation under way: the next window comes a tick later.
+            # Once a window has opened, CUPTI stays attached to the process (its activity off) until
+            # its observation ends, and costs a launch-bound job between windows nearly what an open
+            # window does (~4 against ~6 us a launch, H200): spacing the windows out only makes that
+            # last longer. Each window stays capped by the budget (window_records).
+            period = duty.TICK_S
+        if period > c.window_every_s and abs(period - jc.period_s) > 0.1 * period:
+            log.info(
+                "job %s: %.0f kernel launches/s; a window every %.0f s keeps capture within %.1f%%",
+                job_id,
+                kernels / max(window_s, 1e-9),
+                period,
+                100 * c.overhead_budget,
+            )
+        jc.period_s = period
+        # due half a tick early, so that a period is never a tick late
+        jc.next_due_mono = time.monotonic() + period - min(c.window_every_s, duty.TICK_S) / 2
+
+    def full_window_now(self, job_id: str, probe: bool) -> bool:
+        """After the short first probe: a full window fits the budget, so it comes now, not a period
+        later."""
+        jc = self.d.capture.get(job_id) if self.d.capture is not None else None
+        return probe and jc is not None and jc.period_s <= self.d.config.capture.window_every_s
+
+    # -- when they stop --------------------------------------------------------------------------
+    def observation_done(self, job_id: str) -> bool:
+        """gitmd has seen enough of the job's processes: capture.session_windows windows analysed,
+        past start-up, no experiment on it, and no live lever left that acts through a window."""
+        d = self.d
+        jc = d.capture.get(job_id) if d.capture is not None else None
+        if jc is None or jc.windows < d.config.capture.session_windows or not self.pub.settled(job_id):
+            return False
+        st = d.states.of(job_id)
+        with d.states.exp_lock:
+            if st.experiment is not None:
+                return False
+        return not (st.live and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items))
+
+    def end_if_done(self, job_id: str) -> bool:
+        """When the job's observation is done its processes get no window again, and their shims are
+        told (they detach CUPTI then, once, only with capture.detach_cupti). True: it ended."""
+        if self.d.capture is None or not self.observation_done(job_id):
+            return False
+        answers = self.d.capture.end_observation(job_id)
+        self.d.states.of(job_id).observed = True
+        if answers:
+            log.info(
+                "job %s: observation ended after %d windows, no more windows (%s)",
+                job_id,
+                self.pub.windows(job_id),
+                ", ".join(f"pid {p}: {a}" for p, a in sorted(answers.items())),
+            )
+        return True
+
+    # -- what a window shows -----------------------------------------------------------------------
+    def keep_window(self, window: WindowResult) -> None:
+        """capture.keep_windows: the window written under the state directory, the job's oldest
+        beyond that many removed. A failure is logged, never raised: diagnosis only."""
+        keep = self.d.config.capture.keep_windows
+        if keep <= 0:
+            return
+        d = self.d.config.daemon.state_dir / "windows" / window.job_id
+        try:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(d.parent, 0o700)
+            tmp = d / f".{window.window_id}.npz.tmp"
+            tmp.write_bytes(capture_file.dumps(window))
+            os.replace(tmp, d / f"{window.window_id}.npz")
+            kept = sorted(d.glob("*.npz"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+            for old in kept[:-keep]:
+                old.unlink(missing_ok=True)
+        except OSError as e:
+            log.warning("window %d of job %s not kept: %s", window.window_id, window.job_id, e)
+
+    def after_window(self, window: WindowResult) -> JobSteps | None:
+        """Steps and fingerprint of a finished window (when it shows them); always a "window" event."""
+        d = self.d
+        self.keep_window(window)
+        st = d.states.of(window.job_id)
+        prev = st.newest
+        if prev is not None and prev is not window:
+            if st.history is None:
+                st.history = History()
+            add_to_history(st.history, prev)
+        st.newest = window
+        steps = job_steps(window)
+        job = d.jobs.get(window.job_id)
+        if steps is not None:
+            st.steps = steps
+            if steps.stats.found and steps.stats.steps > 0:
+                st.steady = True
+            main = next(p for p in window.processes if p.pid == steps.pid)
+            sig = signature(main.records, steps.stats)
+            # A job identified already is not fingerprinted again while gitmd has changed it (an
+            # experiment's treatment, a promoted lever): its step looks different then, and would
+            # be taken for another workload — its policy stored there, never found at the next launch.
+            if sig is not None and job.workload_id and self.changed(job.id):
+                sig = None
+            if sig is not None:
+                first = not st.fingerprinted
+                workload_id = d.library.observe(sig, job.launch_key, job.name, new_run=first)
+                st.fingerprinted = True
+                if workload_id != job.workload_id:
+                    d.jobs.set_workload(job.id, workload_id)
+                    job = d.jobs.get(job.id)
+        self.pub.publish("window", self.pub.view(job))
+        return steps
+
+    def changed(self, job_id: str) -> bool:
+        """Something gitmd applied is in force on the job: a policy or a launch trial's arm at
+        launch, a live experiment or lever now."""
+        st = self.d.states.of(job_id)
+        if st.policy_id or st.trial_id is not None:
+            return True
+        with self.d.states.exp_lock:
+            if st.experiment is not None:
+                return True
+        live = ("applying", "applied", "promoted")
+        return any(iv.state in live for iv in self.d.interventions.list(job_id))

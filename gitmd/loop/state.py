@@ -1,0 +1,113 @@
+"""Where each running job is in the loop, in one typed record per job (JobState), and the loop's
+phase derived from it (Phase).
+
+What must survive a restart is in the store, not here: launch trials and their runs
+(experiments/runs.py), the live experiments tried on a job (experiments/live.py), crash marks
+(store/crashes.py), the library's policies. The phase is also written to the job's row
+(JobRegistry.set_phase) each time it changes, so `gitmctl job` shows it after the job has ended.
+A JobState holds what one run of gitmd learns while the job runs; it is dropped when the job ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gitmd.analysis.model import History
+from gitmd.analysis.report import WindowReport
+from gitmd.analysis.steps import JobSteps
+from gitmd.capture.windows import WindowResult
+
+
+class Phase(StrEnum):
+    """A job's place in the loop, in the order a new job goes through it."""
+
+    SETTLING = "settling"  # start-up: its first window waits, or no window has found its step yet
+    OBSERVING = "observing"  # windows a tick apart until capture.session_windows are analysed
+    EXPLORING = "exploring"  # a live trial (experiment) is changing it now
+    TRIAL_RUN = "trial run"  # a run of its workload's launch trial: measured by its own clock only
+    KNOWN = "known"  # launched with its workload's validated policy, not explored
+    OBSERVED = "observed"  # its observation has ended: no more windows
+
+
+@dataclass
+class LivePending:
+    """A recurring job's validated live levers still to apply (policy.py)."""
+
+    policy_id: int
+    items: list[dict[str, Any]]
+    windows: int = 0  # windows that looked for their targets
+
+
+@dataclass
+class JobState:
+    policy_id: int = 0  # the policy it was launched with
+    live: LivePending | None = None
+    live_ticks: int = 0  # duty ticks that tried its window-free levers
+    trial_id: int | None = None  # the launch trial it is a run of
+    # (window id, its causes above threshold, the previous window's): attribute.earlier_causes
+    causes: tuple[int, set[str], set[str]] | None = None
+    steady: bool = False  # a window has found its step
+    settling: bool = False  # known-long: its first window waits (capture.settle_s)
+    # the expected-duration history from its earlier windows, and its newest window (folded into
+    # the history when the next one comes, so a report never judges a window against itself)
+    history: History | None = None
+    newest: WindowResult | None = None
+    reports: dict[int, WindowReport] = field(default_factory=dict)
+    steps: JobSteps | None = None  # from the latest window
+    fingerprinted: bool = False
+    all_dead_since: int | None = None
+    windows_done: int | None = None  # windows it had, once its capture is untracked
+    tried: set[str] = field(default_factory=set)  # live levers tried on this run: one try each
+    experiment: threading.Event | None = None  # its running live trial's cancel flag
+    # the causes that live trial may remove: the one it acts on and the others its lever addresses
+    experiment_causes: set[str] = field(default_factory=set)
+    observed: bool = False  # its observation has ended
+    phase: Phase | None = None  # as last written to the store
+
+    def forget_observation(self) -> None:
+        """What only a running job needs (its windows, their analysis), dropped when it ends."""
+        self.live = None
+        self.live_ticks = 0
+        self.causes = None
+        self.steady = False
+        self.settling = False
+        self.history = None
+        self.newest = None
+        self.reports = {}
+
+
+class States:
+    """Every running job's JobState. ``exp_lock`` guards the live trials' fields (experiment,
+    experiment_causes, tried) across the duty and experiment threads; ``live_lock`` applying a
+    live policy (from the duty tick and from its windows)."""
+
+    def __init__(self) -> None:
+        self._by_job: dict[str, JobState] = {}
+        self._lock = threading.Lock()
+        self.exp_lock = threading.Lock()
+        self.live_lock = threading.Lock()
+        # workload id -> the causes of its latest window, whichever run it was in: a run too short
+        # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
+        self.workload_causes: dict[str, set[str]] = {}
+
+    def of(self, job_id: str) -> JobState:
+        with self._lock:
+            st = self._by_job.get(job_id)
+            if st is None:
+                st = self._by_job[job_id] = JobState()
+            return st
+
+    def get(self, job_id: str) -> JobState | None:
+        with self._lock:
+            return self._by_job.get(job_id)
+
+    def drop(self, job_id: str) -> None:
+        with self._lock:
+            self._by_job.pop(job_id, None)
+
+    def running_experiments(self) -> list[threading.Event]:
+        with self._lock:
+            return [s.experiment for s in self._by_job.values() if s.experiment is not None]

@@ -1,0 +1,249 @@
+"""Trials: a change tried as a controlled experiment, validated, then kept or rolled back. Two
+forms of one concept, both evidence about the *workload*:
+- a live trial (LiveExperiment) changes a running job, A and B alternating over its windows,
+  and reverts unless it is measurably faster with the outputs unchanged (experiments/live.py);
+- a launch trial changes the environment of the workload's next runs, arm A or B by run, each run
+  measured by its own clock, decided when its runs have exited (experiments/runs.py).
+A promoted trial becomes a policy of the workload in the library; its next launch gets it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from gitmd.analysis.steps import step_timing
+from gitmd.capture.payloads import scalars as payload_scalars
+from gitmd.experiments.decide import Decision
+from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
+from gitmd.experiments.runs import MAX_SPOILED, decide_trial
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.registry import Job
+from gitmd.levers.base import Lever
+from gitmd.loop.deps import Deps
+from gitmd.loop.observe import Observe
+from gitmd.loop.publish import Publisher
+from gitmd.loop.targets import Targets
+from gitmd.store.library import LIVE_POLICY_LEVERS
+
+log = logging.getLogger(__name__)
+
+
+class Trials:
+    def __init__(self, d: Deps, observe: Observe, targets: Targets, pub: Publisher) -> None:
+        self.d = d
+        self.observe = observe
+        self.targets = targets
+        self.pub = pub
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="experiment")
+
+    # -- live trials -------------------------------------------------------------------------------
+    def start_live(self, job_id: str, lever: Lever, cause: str, ceiling: float) -> None:
+        """A live trial of ``lever`` on the running job, in its own thread; the job's state says
+        it is exploring until it has decided (called under states.exp_lock). No launch trial is
+        planned meanwhile on the causes it may remove: the one it acts on and its lever's others."""
+        st = self.d.states.of(job_id)
+        cancel = threading.Event()
+        st.experiment = cancel
+        st.experiment_causes = {cause, *lever.causes}
+        st.tried.add(lever.name)
+        self.pool.submit(self.run_live, job_id, lever, cause, cancel, ceiling)
+
+    def run_live(
+        self, job_id: str, lever: Lever, cause: str, cancel: threading.Event, cause_share: float | None = None
+    ) -> None:
+        d = self.d
+        cfg = d.config.experiments
+        assert d.capture is not None
+        capture = d.capture
+
+        def measure() -> Measurement | None:
+            if cancel.is_set():
+                return None
+            try:
+                w = capture.capture(job_id, d.config.capture.window_duration_s)
+            except KeyError:
+                return None  # the job ended
+            steps = self.observe.after_window(w)
+            values: tuple[float, ...] = ()
+            if steps is not None:
+                main = next(p for p in w.processes if p.pid == steps.pid)
+                values = tuple(float(x) for x in payload_scalars(main.records))
+            step_ms, busy = step_timing(w, steps)
+            return Measurement(w.window_id, step_ms, values, busy)
+
+        try:
+            exp = LiveExperiment(
+                d.experiments,
+                d.interventions,
+                job_id,
+                lever,
+                cause,
+                target=lambda: self.targets.target(job_id),
+                measure=measure,
+                rounds=cfg.rounds,
+                settle_s=cfg.settle_s,
+                min_gain=cfg.min_gain,
+                cancel=cancel,
+                early_speedup=cfg.early_speedup,
+                cause_share=cause_share,
+            )
+            dec = exp.run()
+            if dec.promote and dec.interval is not None:
+                self.keep_live(job_id, lever, exp.exp.id, dec)
+        except Exception:
+            log.exception("experiment on job %s failed; its interventions were reverted", job_id)
+        finally:
+            st = d.states.of(job_id)
+            with d.states.exp_lock:
+                st.experiment = None
+                st.experiment_causes = set()
+            self.pub.publish("experiment", self.pub.view(d.jobs.get(job_id)))
+            try:
+                self.observe.end_if_done(job_id)
+            except Exception:
+                log.exception("ending the observation of job %s failed", job_id)
+
+    def keep_live(self, job_id: str, lever: Lever, experiment_id: int, dec: Decision) -> None:
+        """A promoted live lever becomes a policy of the job's workload (its intent, not its
+        target): the next run gets it as soon as its processes are seen."""
+        d = self.d
+        job = d.jobs.get(job_id)
+        if not job.workload_id or lever.name not in LIVE_POLICY_LEVERS or dec.interval is None:
+            return
+        intent = {k: v for k, v in lever.setting.items() if k in LIVE_POLICY_LEVERS[lever.name]}
+        p = d.library.add_policy(
+            job.workload_id,
+            {},
+            "validated",
+            dec.interval.speedup,
+            (dec.interval.low, dec.interval.high),
+            {
+                "source": "live",
+                "experiment": experiment_id,
+                "job_id": job_id,
+                "lever": lever.describe(),
+                "pairs": dec.interval.pairs,
+                "reason": dec.reason,
+                "scope_uid": None,  # gitmd measured it from its own windows
+                "scheduler_job_id": job.scheduler_job_id,
+            },
+            gpu_model=d.gpu_model(),
+            driver=d.backend.driver_version() or "",
+            live=[{"lever": lever.name, "setting": intent}],
+        )
+        log.info(
+            "workload %s: %s stored as policy %d for its next runs", job.workload_id, lever.describe(), p.id
+        )
+
+    def end_live(self, job_id: str, why: str) -> None:
+        """The job's live trial stops (its changes reverted): the job ended, or gitmd stops."""
+        st = self.d.states.get(job_id)
+        with self.d.states.exp_lock:
+            cancel = st.experiment if st is not None else None
+        if cancel is not None:
+            cancel.set()
+        self.d.interventions.revert_all(why, job_id)
+
+    # -- launch trials -----------------------------------------------------------------------------
+    def arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
+        """A launch trial of the workload runs: this launch is its next run, arm A or B."""
+        d = self.d
+        if d.launch_trials.running(workload_id) is None:
+            return plan  # the common case, read only: no write transaction per registration
+        got = d.launch_trials.assign(workload_id, job.id, job.uid)
+        if got is None:
+            return plan
+        t, arm = got
+        d.states.of(job.id).trial_id = t.id
+        # the lever's variables are never gitmd's own (a policy may not set those)
+        env = {**plan.env, **t.lever_obj().values()} if arm == "B" else plan.env
+        cfg = d.config.experiments
+        total = 2 * cfg.run_rounds
+        # an early stop decides after any complete pair; otherwise run_rounds pairs
+        length = f"2-{total}" if cfg.early_speedup > 0 else f"{total}"
+        note = (
+            f"launch trial {t.id}: {t.lever_obj().describe()}, arm {arm} "
+            f"({'with' if arm == 'B' else 'without'} it; run {len(t.runs)} of {length})"
+        )
+        log.info("job %s (%s): %s", job.id, job.name, note)
+        return dataclasses.replace(plan, env=env, trial=note)
+
+    def run_ended(
+        self,
+        job_id: str,
+        exit_code: int | None,
+        metrics: dict[str, list[float]],
+        run_s: float | None,
+        crash: str,
+    ) -> None:
+        """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow."""
+        d = self.d
+        st = d.states.get(job_id)
+        tid = st.trial_id if st is not None else None
+        if st is None or tid is None:
+            return
+        st.trial_id = None
+        t = d.launch_trials.finish_run(job_id, tid, run_s, exit_code, metrics, crashed=crash)
+        if t is None:
+            return
+        cfg = d.config.experiments
+        job = d.jobs.get(job_id)
+        if t.spoiled() >= MAX_SPOILED:
+            why = f"{t.spoiled()} runs have no length by their own clock or crashed"
+            d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
+            log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
+            return
+        in_trial = {r["job_id"] for r in t.runs}
+        earlier = d.jobs.plain_runs_s(job.launch_key, exclude=in_trial)
+        dec = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
+        if dec is None:
+            return
+        lever = t.lever_obj()
+        decision = {**decision_json(dec), "runs": [r["job_id"] for r in t.runs]}
+        state = "promoted" if dec.promote else "reverted"
+        d.launch_trials.end(t, state, decision)
+        now = time.time_ns()
+        arms = [
+            {"arm": r["arm"], "window_id": 0, "run_s": r.get("run_s"), "at_ns": now, "job_id": r["job_id"]}
+            for r in t.runs
+        ]
+        e = d.experiments.record(job.id, lever, t.cause, state, arms, {**decision, "launch_trial": t.id})
+        log.info("launch trial %d (%s on workload %s): %s — %s", t.id, lever.describe(), t.workload_id,
+                 state, dec.reason)  # fmt: skip
+        if not dec.promote or dec.interval is None:
+            return
+        # numbers the launcher reported decided the contract: the policy serves that user only
+        reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
+        d.library.add_policy(
+            t.workload_id,
+            lever.values(),
+            "validated",
+            dec.interval.speedup,
+            (dec.interval.low, dec.interval.high),
+            {
+                "source": "runs",
+                "launch_trial": t.id,
+                "experiment": e.id,
+                "lever": lever.describe(),
+                "pairs": dec.interval.pairs,
+                "runs": [r["job_id"] for r in t.runs],
+                "scheduler_job_ids": sorted(
+                    {d.jobs.get(r["job_id"]).scheduler_job_id for r in t.runs} - {""}
+                ),
+                "reason": dec.reason,
+                "metric": "run_s: the run's own clock, CUDA initialisation to exit",
+                "predicted_max": t.bound if t.bound != float("inf") else None,
+                "scope_uid": job.uid if reported else None,
+            },
+            gpu_model=d.gpu_model(),
+            driver=d.backend.driver_version() or "",
+        )
+
+    def shutdown(self) -> None:
+        with self.d.states.exp_lock:
+            for cancel in self.d.states.running_experiments():
+                cancel.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)

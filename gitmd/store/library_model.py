@@ -1,0 +1,107 @@
+"""The library's records: a workload (by fingerprint) with its launch keys and policies, and
+which policy a launch gets; with their conversions from the store's rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitmd.analysis.fingerprint import Signature
+
+STATUSES = ("candidate", "validated", "pinned", "reverted")
+
+
+@dataclass(frozen=True)
+class Policy:
+    id: int
+    workload_id: str
+    env: dict[str, str]
+    status: str
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    gpu_model: str = ""
+    driver: str = ""
+    created_ns: int = 0
+    updated_ns: int = 0
+    pinned_by: str = ""
+    # live levers to apply to each run once its processes are seen (their intent: the stream or
+    # the CPUs are found anew in each run), e.g. [{"lever": "stream_priority", "setting": {...}}]
+    live: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    name: str
+    signature: Signature
+    first_seen_ns: int
+    last_seen_ns: int
+    run_count: int
+    launch_keys: tuple[str, ...] = ()
+    policies: tuple[Policy, ...] = ()
+
+    @property
+    def active_policy(self) -> Policy | None:
+        """The policy for launches of anyone: pinned, else the best validated one that is not
+        scoped to one user."""
+        return self.active_policy_for(None)
+
+    def active_policy_for(self, uid: int | None) -> Policy | None:
+        """The policy a launch by ``uid`` gets: pinned, else the best validated one among those
+        for everyone and those scoped to ``uid`` (a user's own `gitmctl tune` results apply to
+        that user's launches only, until an admin pins them)."""
+        pinned = [p for p in self.policies if p.status == "pinned"]
+        if pinned:
+            return max(pinned, key=lambda p: p.updated_ns)
+        validated = [
+            p for p in self.policies if p.status == "validated" and p.evidence.get("scope_uid") in (None, uid)
+        ]
+        return max(validated, key=lambda p: p.speedup or 0.0) if validated else None
+
+    def live_policy_for(self, uid: int | None) -> Policy | None:
+        """The policy whose live levers a launch by ``uid`` gets: the active one if it has live
+        levers, else the best validated one that has (an environment policy and a live one then
+        both apply: they act on different things)."""
+        active = self.active_policy_for(uid)
+        if active is not None and active.live:
+            return active
+        if active is not None and active.status == "pinned":
+            return None  # a pin is exactly what runs
+        live = [
+            p
+            for p in self.policies
+            if p.status == "validated" and p.live and p.evidence.get("scope_uid") in (None, uid)
+        ]
+        return max(live, key=lambda p: p.speedup or 0.0) if live else None
+
+
+def signature_json(s: Signature) -> str:
+    return json.dumps({"sequence": list(s.sequence), "shares": s.shares}, sort_keys=True)
+
+
+def signature_from_json(text: str) -> Signature:
+    d = json.loads(text)
+    return Signature(tuple(d["sequence"]), {str(k): float(v) for k, v in d["shares"].items()})
+
+
+def policy_from_row(r: dict[str, Any]) -> Policy:
+    settings = json.loads(r["settings"])
+    return Policy(
+        id=r["id"],
+        workload_id=r["workload_id"],
+        env=settings.get("env", {}),
+        live=tuple(settings.get("live", [])),
+        status=r["status"],
+        speedup=r["speedup"],
+        ci_low=r["ci_low"],
+        ci_high=r["ci_high"],
+        evidence=json.loads(r["evidence"]),
+        gpu_model=r["gpu_model"],
+        driver=r["driver"],
+        created_ns=r["created_ns"],
+        updated_ns=r["updated_ns"],
+        pinned_by=r["pinned_by"],
+    )

@@ -1,0 +1,245 @@
+"""Choose (gitmd/loop/choose.py): from a window's causes, seen in two windows in a row, which trial
+starts — a live one on the running job, or a launch trial over the workload's next runs — and which
+jobs are not explored at all."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from gitmd.analysis.causes import LEVERS, Cause
+from gitmd.experiments.equivalence import Check, Contract
+from gitmd.jobs.registry import Job, Registration
+from gitmd.service import Service
+from tests.unit.loop.helpers import make_service, recurring, replace_reg, service_with_policy, set_config
+
+
+def shows(svc: Service, n: int, causes: list[Cause]) -> None:
+    """The job's attribution (whichever job is asked) is window ``n`` with ``causes``."""
+    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign,assignment,return-value]
+
+
+def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2),))
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(replace_reg(reg, contract=contract))
+    assert svc.jobs.get(view.job.id).workload_id == wid
+
+    def window(n: int, *names: str) -> None:
+        shows(svc, n, [Cause(c, 1e6, 0.5, 0.7, ("x",), LEVERS[c], True) for c in names])
+        svc.loop.choose.launch(view.job.id)
+
+    # start-up, before any window found the job's step: its windows do not count, however alike
+    window(-2, "pageable_copy")
+    window(-1, "pageable_copy")
+    assert svc.trials.of_workload(wid) == []
+    svc.states.of(view.job.id).steady = True  # a window found the step
+    window(1, "pageable_copy")  # start-up: the weights copied once
+    window(2, "fp32_gemm")
+    window(2, "fp32_gemm")  # the same window again: still one
+    assert svc.trials.of_workload(wid) == []
+    window(3, "fp32_gemm")
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
+
+
+def test_a_run_too_short_for_two_windows_pairs_its_first_with_the_previous_runs_last(tmp_path: Path) -> None:
+    """fp32_mlp on the H200 (2026-12-03): 15-s runs, a short first window in start-up and one full
+    window each; no run ever saw the cause twice, so no trial was planned in two launches."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2),))
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+
+    def run() -> str:
+        view, _ = svc.register_job(replace_reg(reg, contract=contract))
+        assert svc.jobs.get(view.job.id).workload_id == wid
+        return view.job.id
+
+    def window(job_id: str, n: int, *names: str) -> None:
+        svc.states.of(job_id).steady = True  # each window here is past start-up
+        shows(svc, n, [Cause(c, 1e6, 0.5, 0.7, ("x",), LEVERS[c], True) for c in names])
+        svc.loop.choose.launch(job_id)
+
+    first = run()
+    window(first, 1, "pageable_copy")  # start-up
+    window(first, 2, "fp32_gemm")  # its last window
+    svc.report_exit(first, 0)
+    second = run()
+    window(second, 3, "pageable_copy")  # start-up again: not in the previous run's last window
+    assert svc.trials.of_workload(wid) == []
+    third = run()
+    window(third, 4, "fp32_gemm")  # paired with the second run's last window: no
+    assert svc.trials.of_workload(wid) == []
+    svc.report_exit(third, 0)
+    fourth = run()
+    window(fourth, 5, "fp32_gemm")  # its first window, paired with the third run's last
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
+
+
+def test_a_launch_with_its_validated_policy_is_not_explored(tmp_path: Path) -> None:
+    """The recurring case runs with zero experiment windows (contended and transformer, H200
+    2026-12-03: launches that got the policy were explored again for what remained of the cause);
+    `experiments.explore_known` turns that back on; a job without a policy is explored only past
+    its start-up."""
+    svc = service_with_policy(tmp_path, [{"lever": "sched_priority", "setting": {}}])
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    known, plan = svc.register_job(reg)
+    assert plan.policy_id
+    fresh, _ = svc.register_job(Registration("new", ("python", "new.py"), "/srv", os.getuid(), os.getgid()))
+    looked: list[str] = []
+
+    def attribution(job: Job, window_id: int = 0) -> object:
+        looked.append(job.id)
+        cause = Cause("host_contention", 1e6, 0.5, 0.7, ("x",), LEVERS["host_contention"], True)
+        return SimpleNamespace(window_id=len(looked), causes=[cause])
+
+    svc.loop.attribute.report = attribution  # type: ignore[method-assign,assignment]
+    for job in (known.job.id, fresh.job.id):
+        svc.states.of(job).steady = True
+        svc.loop.choose.live(job)
+        svc.loop.choose.launch(job)
+    assert known.job.id not in looked and fresh.job.id in looked
+    assert svc.loop.pub.known(known.job.id) and not svc.loop.pub.known(fresh.job.id)
+
+    looked.clear()
+    starting, _ = svc.register_job(
+        Registration("new", ("python", "new.py"), "/srv", os.getuid(), os.getgid())
+    )
+    svc.loop.choose.live(starting.job.id)  # no window has found its step yet: start-up
+    assert looked == []
+
+    set_config(
+        svc,
+        dataclasses.replace(
+            svc.config, experiments=dataclasses.replace(svc.config.experiments, explore_known=True)
+        ),
+    )
+    assert not svc.loop.pub.known(known.job.id)
+
+
+def test_an_experiment_needs_its_cause_in_two_windows_in_a_row(tmp_path: Path) -> None:
+    """A bf16 job's warm-up window looked like a 25% sync stall on the H200 (2026-12-03) and a CPU
+    experiment ran on it at once; its steady windows show none. A live experiment now needs its
+    cause above threshold in the window before too — of this run, or for a run's first window, the
+    previous run's last one — as launch trials already did."""
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    shown: list[list[str]] = []
+
+    def attribution(job: Job, window_id: int = 0) -> object:
+        causes = [Cause(n, 1e6, 0.5, 0.7, ("x",), LEVERS[n], True) for n in shown[-1]]
+        return SimpleNamespace(window_id=len(shown), causes=causes)
+
+    tried: list[tuple[str, str]] = []
+    svc.loop.attribute.report = attribution  # type: ignore[method-assign,assignment]
+    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+
+    def submit(fn: object, job_id: str, lever: object, cause: str, cancel: object, share: object) -> None:
+        tried.append((job_id, cause))  # as Trials.start_live submits run_live
+
+    svc.loop.trials.pool.submit = submit  # type: ignore[method-assign,assignment]
+
+    def run() -> str:
+        view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
+        svc.jobs.set_workload(view.job.id, "w1")
+        svc.states.of(view.job.id).steady = True
+        return view.job.id
+
+    def window(job_id: str, causes: list[str]) -> None:
+        shown.append(causes)
+        svc.loop.choose.live(job_id)
+
+    first = run()
+    window(first, ["sync_stall"])  # start-up: seen once
+    window(first, [])  # steady: gone
+    window(first, ["host_contention"])
+    assert tried == []
+    window(first, ["host_contention"])  # twice in a row
+    assert tried == [(first, "host_contention")]
+    svc.states.of(first).experiment = None
+    # the next run's first window: the previous run's last window had the cause too
+    second = run()
+    window(second, ["host_contention"])
+    assert tried[-1] == (second, "host_contention")
+
+
+def test_a_cache_lever_tried_live_gets_no_launch_trial_of_its_launch_form(tmp_path: Path) -> None:
+    """alloc_churn: the allocator cause lists alloc_keep_cache_live first (decided within the run).
+    While a live experiment acts on that cause nothing is planned for it across runs; once the live
+    form was tried, its launch form (alloc_keep_cache) is not, and the next launch lever is. Every
+    captured launch carries GITMD_LIVE_FLAGS=1, so gitmd's hook in the job can read the flag."""
+    from gitmd.analysis.causes import CACHE_LEVERS
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "churn")
+    reg = Registration("churn", ("python", "c.py"), "/srv", os.getuid(), os.getgid(), launch_key="churn")
+    view, plan = svc.register_job(reg)
+    job_id = view.job.id
+    assert plan.env["GITMD_LIVE_FLAGS"] == "1" and plan.env["GITM_SITE"]
+    levers = (*CACHE_LEVERS, *(x for x in LEVERS["allocator"] if x not in CACHE_LEVERS))
+    st = svc.states.of(job_id)
+    st.steady = True
+
+    def window(n: int) -> None:
+        shows(svc, n, [Cause("allocator", 1e6, 0.6, 0.8, ("x",), levers, True)])
+        svc.loop.choose.launch(job_id)
+
+    window(1)
+    with svc.states.exp_lock:  # what choose.live records when it starts alloc_keep_cache_live
+        st.experiment = threading.Event()
+        st.experiment_causes = {"allocator"}
+        st.tried.add("alloc_keep_cache_live")
+    window(2)  # seen twice, but the live lever is being tried on it
+    assert svc.trials.of_workload(wid) == []
+    with svc.states.exp_lock:  # it was decided (not faster, say): the cause remains
+        st.experiment = None
+        st.experiment_causes = set()
+    window(3)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "alloc_expandable_segments" and t.cause == "allocator"
+
+
+def test_no_launch_trial_on_a_cause_the_live_lever_being_tried_addresses(tmp_path: Path) -> None:
+    """Contended (H200, 2026-12-03): while cpu_affinity was tried on host_contention, launch_bound
+    (inflated by the same contention, and a cause cpu_affinity addresses) was seen twice and a
+    launch trial of cuda_device_max_connections was planned; it ran on the next launches, the
+    recurring one among them. Now the causes of the live lever being tried wait for its outcome."""
+    from gitmd.levers.host import CpuAffinity
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "loop")
+    reg = Registration("loop", ("python", "l.py"), "/srv", os.getuid(), os.getgid(), launch_key="loop")
+    view, _ = svc.register_job(reg)
+    job_id = view.job.id
+    st = svc.states.of(job_id)
+    st.steady = True
+
+    def window(n: int) -> None:
+        causes = [
+            Cause("host_contention", 1e6, 0.7, 0.8, ("x",), LEVERS["host_contention"], True),
+            Cause("launch_bound", 1e6, 0.25, 0.8, ("x",), LEVERS["launch_bound"], True),
+        ]
+        shows(svc, n, causes)
+        svc.loop.choose.launch(job_id)
+
+    window(1)
+    with svc.states.exp_lock:  # what choose.live records when it starts cpu_affinity
+        st.experiment = threading.Event()
+        st.experiment_causes = {"host_contention", *CpuAffinity.causes}
+    window(2)
+    assert svc.trials.of_workload(wid) == []
+    with svc.states.exp_lock:  # decided: what remains of launch_bound may be tried across runs
+        st.experiment = None
+        st.experiment_causes = set()
+    window(3)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.cause == "launch_bound"

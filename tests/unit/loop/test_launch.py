@@ -1,0 +1,81 @@
+"""Launch (gitmd/loop/launch.py): what a registered job starts with — here a validated cpu_affinity
+policy, chosen at registration and set by the launcher before exec (or from the tick when it was
+not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gitmd.jobs.registry import Registration
+from tests.unit.loop.helpers import mapping_child, pending, ring_for, service_with_policy
+
+
+def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
+    tmp_path: Path, write_ring: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validated cpu_affinity policy is chosen at registration, as many CPUs as the launcher starts
+    on, and comes back in the plan, for the launcher to set before exec (contended, H200: the policy
+    set a tick after the first CUDA call left the import and the first steps on the busy cores). A
+    process already on those CPUs gets the policy's intervention recorded (its revert goes back to
+    the CPUs the launcher started on; a CPU the host lacks is dropped); one whose launcher ignored the
+    plan gets them set from the tick."""
+
+    import gitmd.loop.targets as targets_mod
+
+    start = os.sched_getaffinity(0)
+    if len(start) < 2:
+        pytest.skip("needs two CPUs")
+    first = min(start)
+    chosen: list[tuple[int, set[int] | None]] = []
+
+    def quiet(
+        count: int, prefer: set[int] | None = None, interval_s: float = 0.2, load: object = None
+    ) -> set[int]:
+        chosen.append((count, None))
+        return {first}  # the quietest CPU, as if the others were busy
+
+    monkeypatch.setattr(targets_mod, "quiet_cpus", quiet)
+    svc = service_with_policy(tmp_path, [{"lever": "cpu_affinity", "setting": {}}])
+    reg = Registration(
+        "train",
+        ("python", "train.py"),
+        "/srv",
+        os.getuid(),
+        os.getgid(),
+        launch_key="train",
+        cpus=(*start, 9999),
+    )
+    view, plan = svc.register_job(reg)
+    assert plan.cpus == (first,) and chosen[-1][0] == max(2, min(len(start), 8))
+    assert pending(svc, view.job.id).items[0]["at_exec"] == [first]
+    # no CPUs said (a scheduler's registration): nothing at exec, the tick finds CPUs as before
+    other, plain = svc.register_job(dataclasses.replace(reg, cpus=()))
+    assert plain.cpus == () and "at_exec" not in pending(svc, other.job.id).items[0]
+    svc.states.of(other.job.id).live = None
+    svc.loop.pool.submit = lambda fn, job_id: fn(job_id)  # type: ignore[method-assign,assignment]
+    for honoured in (True, False):
+        if not honoured:
+            view, plan = svc.register_job(reg)
+        child = mapping_child(plan.env["GITM_JOB_DIR"])
+        try:
+            os.sched_setaffinity(child.pid, set(plan.cpus) if honoured else start)
+            ring_for(write_ring, plan.env["GITM_JOB_DIR"], child.pid, threads=1 if honoured else 2)
+            svc.get_job(view.job.id)
+            svc.duty_cycle()
+            assert svc.states.of(view.job.id).live is None
+            assert os.sched_getaffinity(child.pid) == {first}
+            assert "cpu_affinity" in svc.states.of(view.job.id).tried  # no experiment on it in this run
+            (iv,) = svc.interventions.list(view.job.id)
+            assert iv.lever == "cpu_affinity" and iv.state == "promoted"
+            assert ("set at exec by its launcher" in iv.reason) == honoured
+            # the policy's intervention either way: reverting it puts the job back where it started
+            svc.revert_intervention(iv.id, "operator")  # as `gitmctl revert` does
+            assert os.sched_getaffinity(child.pid) == start
+        finally:
+            child.kill()
+            child.wait()

@@ -1,0 +1,314 @@
+"""Observe (gitmd/loop/observe.py, and the duty tick of gitmd/loop/__init__.py): when a job's
+capture windows come, how long each lasts, when they stop, and what is kept of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitmd.capture import capture_file, duty
+from gitmd.config import ExperimentsConfig
+from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.registry import Registration
+from gitmd.loop.state import LivePending
+from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, set_config
+
+
+def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A launch-bound job's period is stretched to hold the overhead budget; the duty tick must not
+    open its window early (it did: the period was computed and never checked), and a job under
+    experiment gets no duty windows at all."""
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job(Registration("live", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring, age_s=60)  # past start-up: its window is due
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    jc.next_due_mono = time.monotonic() + 60  # stretched: not due for a minute
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    jc.next_due_mono = 0.0
+    st = svc.states.of(view.job.id)
+    st.experiment = threading.Event()
+    svc.duty_cycle()
+    assert submitted == [view.job.id]
+    st.experiment = None
+    svc.duty_cycle()
+    assert submitted == [view.job.id, view.job.id]
+
+
+def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """Until a process is 10 s old the shim closes a window without detaching CUPTI (detaching then
+    crashed jobs on the H200), so a start-up window costs a launch-bound job ~40% until then: a
+    recurring job whose earlier runs all lasted at least twice capture.settle_s gets no duty window
+    before its processes are settle_s old, nor does a first run (taken as long until it has shown
+    otherwise). A job one of whose runs was short, a launch trial's run and a job with a live policy
+    whose lever needs a window get theirs at once; a job that got its workload's policy and is not
+    explored waits, whatever its runs' length."""
+    svc = make_service(tmp_path)
+    settle = svc.config.capture.settle_s
+    assert settle > 0
+
+    def earlier_run(name: str, seconds: float) -> None:
+        v, _ = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        svc.jobs.exited(v.job.id, 0)
+        with svc.jobs.store.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET created_ns = ended_ns - ? WHERE id = ?", [int(seconds * 1e9), v.job.id]
+            )
+
+    template = tmp_path / "template"
+    template.mkdir()
+    live_ring(str(template), write_ring)  # a ring naming this living process
+
+    def launch(name: str, age_s: float) -> str:
+        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        data = bytearray((template / "ring-1-1.gitm").read_bytes())
+        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
+        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+        path.write_bytes(bytes(data))
+        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
+        return v.job.id
+
+    for _ in range(2):
+        earlier_run("long", 3 * settle)
+    earlier_run("short", 3 * settle)
+    earlier_run("short", settle)  # one of its runs was short: it may be again
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    young = launch("long", 1.0)
+    first = launch("first", 1.0)
+    short = launch("short", 1.0)
+    settled = launch("long", settle + 1.0)
+    svc.duty_cycle()
+    assert sorted(submitted) == sorted([short, settled])
+    assert (
+        svc.states.of(young).settling
+        and svc.states.of(first).settling
+        and not svc.states.of(settled).settling
+    )
+    # its processes settle: the first window comes
+    ring = Path(svc.get_job(young).job.runtime_dir) / "ring-1-1.gitm"
+    data = bytearray(ring.read_bytes())
+    data[56:64] = (time.time_ns() - int((settle + 0.5) * 1e9)).to_bytes(8, "little")
+    ring.write_bytes(bytes(data))
+    submitted.clear()
+    for j in (short, settled):
+        svc.capture.get(j).next_due_mono = time.monotonic() + 60  # type: ignore[union-attr]
+    svc.duty_cycle()
+    assert submitted == [young] and not svc.states.of(young).settling and svc.states.of(first).settling
+    # a launch trial's run and a job with a live policy pending keep the early window
+    job = svc.jobs.get(young)
+    settles = svc.loop.observe.settles
+    assert settles(job, LaunchPlan({}, ()))
+    assert not settles(job, LaunchPlan({}, (), trial="launch trial 1: arm A"))
+    svc.states.of(job.id).live = LivePending(1, [{"lever": "stream_priority", "setting": {}}], 0)
+    assert not settles(job, LaunchPlan({}, ()))  # a window finds the stream to raise
+    svc.states.of(job.id).live = LivePending(1, [{"lever": "cpu_affinity", "setting": {}}], 0)
+    assert settles(job, LaunchPlan({}, ()))  # applied from the tick, as its processes show
+    svc.states.of(job.id).live = None
+    brief = svc.jobs.get(short)
+    assert not settles(brief, LaunchPlan({}, ()))
+    svc.states.of(brief.id).policy_id = 7  # it got its workload's policy: known, not explored
+    assert settles(brief, LaunchPlan({}, ()))
+    svc.states.of(brief.id).policy_id = 0
+
+
+@pytest.mark.parametrize(
+    ("fixture", "full_at_once"),
+    [("bf16-n8192.w2.npz", True), ("launch-1k.w2.npz", False)],
+    ids=["quiet", "launch-bound"],
+)
+def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
+    tmp_path: Path, write_ring: Callable[..., Path], fixture: str, full_at_once: bool
+) -> None:
+    """Real H200 windows stand for what the job does: the first duty window lasts first_window_s, and
+    the full one follows at once — a job launching few kernels (bf16 GEMMs, ~110/s) and a launch-bound
+    one (~70k launches/s) alike, each window capped at what the budget allows over a period."""
+    svc = make_service(tmp_path)
+    set_config(svc, dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False)))
+    view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    svc.get_job(view.job.id)  # its ring seen: the job is tracked
+    seen = capture_file.loads(PLANTED / fixture)
+    asked: list[float] = []
+    caps: list[int | None] = []
+
+    def capture(job_id: str, duration_s: float, max_records: int | None = None) -> Any:
+        asked.append(duration_s)
+        caps.append(max_records)
+        return dataclasses.replace(seen, job_id=job_id, window_id=len(asked))
+
+    submitted: list[str] = []
+    svc.capture.capture = capture  # type: ignore[union-attr,method-assign]
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    c = svc.config.capture
+    svc.loop.run_window(view.job.id)
+    assert asked == [c.first_window_s]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    if full_at_once:  # and the process's observation under way: its windows come close together
+        assert submitted == [view.job.id] and jc.period_s == duty.TICK_S
+        svc.loop.run_window(view.job.id)  # the full window, from the pool
+        assert asked == [c.first_window_s, c.window_duration_s] and submitted == [view.job.id]
+        # capped at what the budget allows over the period: 0.01 x 30 s / 6 us = 50k launches
+        assert caps == [50_000, 50_000]
+    else:  # its observation comes a tick apart all the same (CUPTI stays attached in between), each
+        # window capped by the budget: 50k launches, ~0.7 s of this job's ~70k/s
+        assert submitted == [view.job.id] and jc.period_s == duty.TICK_S
+        svc.loop.run_window(view.job.id)
+        assert asked == [c.first_window_s, c.window_duration_s] and caps == [50_000, 50_000]
+
+
+def test_a_process_is_observed_in_one_stretch_then_its_cupti_detached_once(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """Attaching CUPTI again after a detach crashed jobs (H200, CUDA 13.0), so a process's windows come
+    in one stretch at the start-up pace — CUPTI attached, its activity off, in between — and once
+    capture.session_windows windows are analysed and nothing gitmd runs needs another, its shim is told
+    to detach (GITM_KNOB_DETACH, once) and the duty cycle gives it no window again. A real H200 window
+    stands for the job."""
+    svc = make_service(tmp_path)
+    set_config(svc, dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False)))
+    c = svc.config.capture
+    view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    svc.get_job(view.job.id)
+    seen = capture_file.loads(PLANTED / "bf16-n8192.w2.npz")
+    assert svc.capture is not None
+    jc = svc.capture.get(view.job.id)
+    assert jc is not None
+
+    def capture(job_id: str, duration_s: float, max_records: int | None = None) -> Any:
+        jc.windows += 1  # as the real one counts an analysed window
+        return dataclasses.replace(seen, job_id=job_id, window_id=jc.windows)
+
+    ended: list[str] = []
+
+    def end_observation(job_id: str, timeout_s: float = 2.0) -> dict[int, str]:
+        ended.append(job_id)
+        for pc in jc.procs.values():
+            pc.observed = True
+        return {4242: "detached"}
+
+    svc.capture.capture = capture  # type: ignore[method-assign]
+    svc.capture.end_observation = end_observation  # type: ignore[method-assign]
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    for _ in range(1, c.session_windows):
+        svc.loop.run_window(view.job.id)
+        assert ended == [] and jc.period_s == duty.TICK_S  # the stretch goes on, windows a tick apart
+    svc.loop.run_window(view.job.id)  # the last one the observation needs
+    assert ended == [view.job.id] and jc.windows == c.session_windows
+    assert not svc.capture.observable(view.job.id)
+    submitted.clear()
+    jc.next_due_mono = 0.0
+    svc.duty_cycle()  # due, but its process's observation has ended: no window
+    assert submitted == []
+
+
+def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A 15-s job (fp32_mlp, H200 2026-12-03) had its windows in start-up and none after: until a
+    window finds the step, the next comes a tick later, at most STARTUP_WINDOWS times; a found step
+    (past the process's observation windows) restores the configured period. Real H200 windows."""
+    svc = make_service(tmp_path)
+    set_config(svc, dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False)))
+    c = svc.config.capture
+    assert 0 < duty.TICK_S < c.window_every_s
+    view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    svc.get_job(view.job.id)
+    steady = capture_file.loads(PLANTED / "bf16-n8192.w2.npz")
+    startup = dataclasses.replace(steady, processes=())  # CUDA up, no kernels yet
+    shown = [startup]
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+
+    def capture(job_id: str, duration_s: float, max_records: int | None = None) -> Any:
+        jc.windows += 1  # as the real one counts an analysed window
+        return dataclasses.replace(shown[0], job_id=job_id)
+
+    svc.capture.capture = capture  # type: ignore[union-attr,method-assign]
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.run_window(view.job.id)  # the short first window: start-up
+    assert jc.period_s == duty.TICK_S and submitted == [view.job.id]  # the full one at once
+    for _ in range(c.session_windows):  # full windows: still start-up, however many
+        svc.loop.run_window(view.job.id)
+        assert jc.period_s == duty.TICK_S and submitted == [view.job.id]
+    shown[0] = steady
+    svc.loop.run_window(view.job.id)  # the step found, past the observation's windows
+    assert jc.period_s == c.window_every_s
+    # a job that never shows a step: the start-up pace for STARTUP_WINDOWS windows only
+    other, other_plan = svc.register_job(Registration("idle", ("prog",), "/", os.getuid(), os.getgid()))
+    ring = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+    (Path(other_plan.env["GITM_JOB_DIR"]) / ring.name).write_bytes(ring.read_bytes())
+    svc.get_job(other.job.id)
+    jo = svc.capture.get(other.job.id)  # type: ignore[union-attr]
+    assert jo is not None
+    shown[0] = startup
+    svc.loop.run_window(other.job.id)
+    assert jo.period_s == duty.TICK_S
+    jo.windows = duty.STARTUP_WINDOWS
+    svc.loop.run_window(other.job.id)
+    assert jo.period_s == c.window_every_s
+    # a launch trial's run: no window at all — it is measured by its own clock, CUPTI never attached
+    run, run_plan = svc.register_job(Registration("trial", ("prog",), "/", os.getuid(), os.getgid()))
+    (Path(run_plan.env["GITM_JOB_DIR"]) / ring.name).write_bytes(ring.read_bytes())
+    svc.get_job(run.job.id)
+    jr = svc.capture.get(run.job.id)  # type: ignore[union-attr]
+    assert jr is not None
+    svc.states.of(run.job.id).trial_id = 1
+    submitted.clear()
+    jr.next_due_mono = 0.0
+    svc.duty_cycle()
+    assert run.job.id not in submitted and jr.windows == 0
+
+
+def test_kept_windows_are_the_newest_of_each_job_and_never_break_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """capture.keep_windows: each analysed window written under <state_dir>/windows/<job>/ in the
+    raw trace format (a real H200 window here), root-only, the job's oldest beyond the limit removed;
+    a state directory that cannot be written is logged and the window is analysed all the same."""
+    svc = make_service(tmp_path)
+    state = tmp_path / "lib"
+    set_config(
+        svc,
+        dataclasses.replace(
+            svc.config,
+            daemon=dataclasses.replace(svc.config.daemon, state_dir=state),
+            capture=dataclasses.replace(svc.config.capture, keep_windows=3),
+        ),
+    )
+    w = capture_file.loads(PLANTED / "sync-n3072.w1.npz")
+    for i in (1, 2, 3, 10, 11):
+        svc.loop.observe.keep_window(dataclasses.replace(w, job_id="j1", window_id=i))
+    svc.loop.observe.keep_window(dataclasses.replace(w, job_id="j2", window_id=4))
+    d = state / "windows"
+    assert sorted(p.name for p in (d / "j1").iterdir()) == ["10.npz", "11.npz", "3.npz"]
+    assert [p.name for p in (d / "j2").iterdir()] == ["4.npz"]
+    assert (d.stat().st_mode & 0o777) == 0o700 and ((d / "j1").stat().st_mode & 0o777) == 0o700
+    back = capture_file.loads(d / "j1" / "11.npz")
+    assert back.window_id == 11 and len(back.processes) == len(w.processes)
+    (state / "windows" / "j3").write_text("a file where the job's directory would go")
+    svc.loop.observe.keep_window(dataclasses.replace(w, job_id="j3", window_id=5))  # logged, not raised
+    assert "window 5 of job j3 not kept" in caplog.text

@@ -1,0 +1,126 @@
+"""Launch trials (gitmd/loop/trials.py): a lever tried over a workload's next runs, arm A or B by
+run, each measured by its own clock, decided once its runs allow; a promoted one is the next
+launch's policy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gitmd.experiments.equivalence import Check, Contract
+from gitmd.levers.registry import make
+from tests.unit.loop.helpers import make_service, recurring, run_train
+
+
+def test_launch_trial_across_runs_promotes_and_the_next_launch_gets_the_policy(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    for s in (10.0, 10.2):  # two plain runs: the workload's run-to-run spread is measured
+        run_train(svc, contract, s, 1.0)
+    # as a window's attribution plans it: fp32 GEMMs cost 90% of the run
+    t = svc.trials.plan(wid, make("tf32_override"), "fp32_gemm", 0.9)
+    assert t is not None and svc.trials.plan(wid, make("cpu_threads"), "x") is None  # one at a time
+    arms = []
+    for i in range(2):  # 5x faster runs in the first pair, far beyond 2% spread: decided early
+        _, arm, env = run_train(svc, contract, 2.0 if i == 1 else 10.0, 1.001 if i == 1 else 1.0)
+        arms.append(arm)
+        assert (env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1") == (arm == "B")
+    assert arms == ["A", "B"]
+    (done,) = svc.trials.of_workload(wid)
+    assert (
+        done.state == "promoted"
+        and done.decision["low"] > 4
+        and "decided after 1 of 3 pairs" in done.decision["reason"]
+    )
+    w = svc.workload(wid)
+    (policy,) = w.policies
+    assert policy.env == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and policy.evidence["source"] == "runs"
+    assert policy.evidence["scope_uid"] == os.getuid()  # numbers the launcher reported: its user's
+    _, arm, env = run_train(svc, contract, 2.0, 1.0)
+    assert arm == "-" and env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"  # at launch, no trial
+
+
+def test_a_launch_trial_with_a_modest_gain_takes_its_full_rounds(tmp_path: Path) -> None:
+    """1.25x is within reach of the drift between runs: no early stop, AB BA AB pairs, then the
+    paired bootstrap decides."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    assert svc.trials.plan(wid, make("cpu_threads"), "host_contention") is not None
+    arms = []
+    for i in range(6):
+        arm_b = i in (1, 2, 5)  # the order the trial hands out: A B, B A, A B
+        _, arm, _ = run_train(svc, contract, 8.0 if arm_b else 10.0, 1.0)
+        arms.append(arm)
+        if i < 5:
+            assert svc.trials.of_workload(wid)[0].state == "running"
+    assert arms == ["A", "B", "B", "A", "A", "B"]
+    (done,) = svc.trials.of_workload(wid)
+    assert done.state == "promoted" and done.decision["pairs"] == 3 and done.decision["low"] > 1.2
+
+
+def test_launch_trial_with_changed_outputs_or_no_steps_is_not_promoted(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-4)))
+    svc.trials.plan(wid, make("tf32_override"), "fp32_gemm")
+    for i in range(6):
+        arm_b = i in (1, 2, 5)
+        run_train(svc, contract, 2.0 if arm_b else 10.0, 1.01 if arm_b else 1.0)  # faster, loss moved 1%
+    (t,) = svc.trials.of_workload(wid)
+    assert t.state == "reverted" and "outputs changed" in t.decision["reason"]
+    assert svc.workload(wid).policies == ()
+
+    svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator")
+    for _ in range(6):
+        run_train(svc, contract, None, 1.0)  # runs that never initialised CUDA under the shim: no length
+    t2 = svc.trials.of_workload(wid)[-1]
+    assert t2.state == "abandoned" and "no length" in t2.decision["reason"]
+
+
+def test_a_launch_trial_as_the_api_shows_it(tmp_path: Path) -> None:
+    from gitmd.api.convert import trial_to_pb
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    t = svc.trials.plan(wid, make("alloc_gc_threshold"), "allocator")
+    assert t is not None
+    svc.trials.assign(wid, "job1", 0)
+    svc.trials.finish_run("job1", t.id, 4.0, 0, {})
+    svc.trials.assign(wid, "job2", 0)
+    (t,) = svc.trials.of_workload(wid)
+    msg = trial_to_pb(t)
+    assert msg.lever == "alloc_gc_threshold" and msg.state == "running" and msg.cause == "allocator"
+    assert [(r.job_id, r.arm, r.done) for r in msg.runs] == [("job1", "A", True), ("job2", "B", False)]
+    assert msg.runs[0].run_s == 4.0 and msg.runs[0].exit_code == 0 and not msg.runs[1].HasField("run_s")
+    assert not msg.HasField("speedup")
+
+
+def test_runs_a_restarted_gitmd_cannot_measure_are_closed_without_a_step_time(tmp_path: Path) -> None:
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    t = svc.trials.plan(wid, make("alloc_gc_threshold"), "allocator")
+    assert t is not None
+    svc.trials.assign(wid, "job1", 0)
+    svc.trials.finish_run("job1", t.id, 3.0, 0, {})
+    svc.trials.assign(wid, "job2", 0)  # gitmd dies while job2 runs
+    assert svc.trials.close_open_runs("gitmd restarted during the run") == 1
+    (t,) = svc.trials.of_workload(wid)
+    assert [(r["job_id"], r["done"], r.get("run_s")) for r in t.runs] == [
+        ("job1", True, 3.0),
+        ("job2", True, None),
+    ]
+    assert t.state == "running" and t.spoiled() == 1 and t.next_arm() == "B"  # the trial goes on
+
+
+def test_a_trial_run_that_crashed_is_not_evidence(tmp_path: Path) -> None:
+    """The trial goes on: the crashed run spoils its pair instead of reverting the lever for
+    "outputs changed: exit status 0, baseline -11"."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"),))
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.17) is not None
+    run_train(svc, contract, None, 1.0, exit_code=-11)  # arm A crashed
+    (t,) = svc.trials.of_workload(wid)
+    assert t.state == "running" and t.spoiled() == 1 and t.runs[0]["crashed"].startswith("may be gitmd's")
