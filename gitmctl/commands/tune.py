@@ -254,26 +254,35 @@ class Tuner:
         return failures, checked, numbers
 
     def _probe(self, job_id: str, child: subprocess.Popen[bytes]) -> None:
-        """While the reference run runs: gitmd's attribution of one window of it, taken
-        PROBE_AFTER_S after its first CUDA process appeared (past start-up)."""
+        """While the reference run runs: gitmd's attribution of its steady state — the latest
+        window once one has found its step (gitmd's duty windows look for it). Until then, from
+        PROBE_AFTER_S after its first CUDA process, the latest window's attribution stands in, so a
+        run whose step is never found is still judged before it ends. A program whose first steps
+        come late (fp32 MLP training on the H200, 2026-12-03: no kernel in its first 10 s) is not
+        judged on its start-up."""
+        seen = None
         while child.poll() is None:
             try:
                 job = self.client.call(self.client.stub.GetJob, pb.GetJobRequest(job_id=job_id))
             except ClientError:
                 return
-            if job.processes:
-                break
-            time.sleep(0.2)
-        deadline = time.monotonic() + PROBE_AFTER_S
-        while time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.1)
-        if child.poll() is not None:
-            return
-        try:
-            att = self.client.call(self.client.stub.GetAttribution, pb.GetAttributionRequest(job_id=job_id))
-            self.causes = [c for c in att.causes if c.above_threshold]
-        except ClientError as e:
-            _say(f"no attribution of the reference run ({e}); trying the launch levers in catalog order")
+            if job.processes and seen is None:
+                seen = time.monotonic()
+            steady = job.step.found and job.step.steps > 0
+            if seen is not None and (steady or time.monotonic() - seen >= PROBE_AFTER_S):
+                try:
+                    att = self.client.call(
+                        self.client.stub.GetAttribution, pb.GetAttributionRequest(job_id=job_id)
+                    )
+                except ClientError as e:
+                    if child.poll() is None:
+                        _say(f"no attribution of the reference run ({e}); trying the launch levers in "
+                             "catalog order")  # fmt: skip
+                    return
+                self.causes = [c for c in att.causes if c.above_threshold]
+                if steady:
+                    return
+            time.sleep(0.5)
 
     # -- the whole tune -------------------------------------------------------------------------
     def candidates(self) -> list[Candidate]:

@@ -70,19 +70,20 @@ class Loop:
         if got is None:
             return
         window, probe = got
-        try:
-            self.known.apply(job_id)  # known: the workload's validated live policy, kept
-            self.choose.live(job_id)  # attribute, choose: a live trial on this run now (trials.py)
-            self.choose.launch(job_id)  # ... or a launch trial over the workload's next runs
-        except Exception:
-            log.exception("planning an experiment on job %s failed", job_id)
-        self.observe.schedule_next(job_id, window)
         st = self.d.states.of(job_id)
-        with self.d.states.exp_lock:
-            if st.experiment is not None:
-                return  # its live trial opens the windows it needs, and ends the observation
-        if self.observe.end_if_done(job_id):
-            return  # observed enough: no window again
+        with st.step:  # one step at a time per job (state.JobState.step)
+            try:
+                self.known.apply(job_id)  # known: the workload's validated live policy, kept
+                self.choose.live(job_id)  # attribute, choose: a live trial on this run now (trials.py)
+                self.choose.launch(job_id)  # ... or a launch trial over the workload's next runs
+            except Exception:
+                log.exception("planning an experiment on job %s failed", job_id)
+            self.observe.schedule_next(job_id, window)
+            with self.d.states.exp_lock:
+                if st.experiment is not None:
+                    return  # its live trial opens the windows it needs, and ends the observation
+            if self.observe.end_if_done(job_id):
+                return  # observed enough: no window again
         if self.observe.full_window_now(job_id, probe):
             self.pool.submit(self.run_window, job_id)
 

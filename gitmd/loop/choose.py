@@ -57,6 +57,8 @@ class Choose:
                 return
         if st.trial_id is not None:
             return  # a run of a launch trial: nothing else may change under it
+        if st.observed:
+            return  # its observation has ended: a live trial would get no window to measure
         job = d.jobs.get(job_id)
         if job.state not in ("registered", "running") or not self.explorable(job):
             return

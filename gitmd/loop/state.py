@@ -66,6 +66,10 @@ class JobState:
     experiment_causes: set[str] = field(default_factory=set)
     observed: bool = False  # its observation has ended
     phase: Phase | None = None  # as last written to the store
+    # one loop step at a time per job: what a window shows, choosing a trial and ending the
+    # observation, from the window pool and from a live trial's end (H200 2026-12-03: one window's
+    # step ended the observation while another's started a live trial, which then got no window)
+    step: threading.Lock = field(default_factory=threading.Lock)
 
     def forget_observation(self) -> None:
         """What only a running job needs (its windows, their analysis), dropped when it ends."""

@@ -102,7 +102,8 @@ class Trials:
                 st.experiment_causes = set()
             self.pub.publish("experiment", self.pub.view(d.jobs.get(job_id)))
             try:
-                self.observe.end_if_done(job_id)
+                with st.step:
+                    self.observe.end_if_done(job_id)
             except Exception:
                 log.exception("ending the observation of job %s failed", job_id)
 

@@ -243,3 +243,52 @@ def test_no_launch_trial_on_a_cause_the_live_lever_being_tried_addresses(tmp_pat
     window(3)
     (t,) = svc.trials.of_workload(wid)
     assert t.cause == "launch_bound"
+
+
+def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp_path: Path) -> None:
+    """H200 2026-12-03 (sync_spin, unattended): one window's loop step ended the job's observation
+    while another's started a live trial, which then got no window ("fewer than 3 samples of each
+    arm") and was reverted. A job's loop steps now run one at a time, and a job whose observation
+    has ended gets no live trial."""
+    import threading
+    import time
+
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    st = svc.states.of(job_id)
+    st.steady = True
+    report = SimpleNamespace(
+        window_id=1, causes=[Cause("sync_stall", 1e6, 0.3, 0.7, ("x",), ("sched_priority",), True)]
+    )
+    svc.loop.attribute.report = lambda job, window_id=0: report  # type: ignore[method-assign,assignment,misc]
+    svc.loop.attribute.earlier_causes = lambda job, rep: {"sync_stall"}  # type: ignore[method-assign,assignment,misc]
+    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+    started: list[str] = []
+    svc.loop.trials.pool.submit = lambda fn, *a: started.append(a[0])  # type: ignore[method-assign,assignment,misc]
+    st.observed = True
+    svc.loop.choose.live(job_id)
+    assert started == []  # ended: nothing to measure a live trial with
+    st.observed = False
+
+    inside, most = [0], [0]
+
+    def slow_launch(jid: str) -> None:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.2)
+        inside[0] -= 1
+
+    window = SimpleNamespace(processes=[], start_real_ns=0, end_real_ns=1)
+    svc.loop.observe.window = lambda jid: (window, False)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.observe.schedule_next = lambda jid, w: None  # type: ignore[method-assign,assignment,misc]
+    svc.loop.choose.live = lambda jid: None  # type: ignore[method-assign]
+    svc.loop.choose.launch = slow_launch  # type: ignore[method-assign]
+    steps = [threading.Thread(target=svc.loop.run_window, args=(job_id,)) for _ in range(3)]
+    for t in steps:
+        t.start()
+    for t in steps:
+        t.join()
+    assert most[0] == 1  # never two of the job's steps at once
