@@ -36,7 +36,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--name", default="", help="job name (default: the command's basename)")
     p.add_argument("--no-capture", action="store_true", help="register without injecting the shim")
     p.add_argument("-v", "--verbose", action="store_true", help="say the job id and plan on stderr")
-    p.add_argument("--gpus", type=_gpus, default=(), help="GPU indices the job uses, e.g. 0,1")
+    p.add_argument(
+        "--gpus",
+        type=_gpus,
+        default=(),
+        help="GPU indices (nvidia-smi's) the job may use, e.g. 0,1: gitmd sets CUDA_VISIBLE_DEVICES to them "
+        "(by UUID) and acts on those GPUs only",
+    )
     p.add_argument("--launch-key", default="", help="what makes runs the same job (default: the script)")
     p.add_argument("--scheduler-job-id", default="", help="the scheduler's id for this job (e.g. Slurm's)")
     p.add_argument("--no-explore", action="store_true", help="only known-good policies: no experiments")

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import launch_key
 from gitmd.jobs.registry import Job, Registration
@@ -34,6 +35,7 @@ class Launch:
         self, reg: Registration, audit_row: dict[str, object] | None = None
     ) -> tuple[Job, LaunchPlan]:
         d = self.d
+        reg = dataclasses.replace(reg, gpus=self._gpus(reg.gpus))
         want_capture = reg.capture and d.capture is not None
         found: dict[str, Workload] = {}
         suspect = None
@@ -55,6 +57,11 @@ class Launch:
         workload = found.get("w")
         if workload is not None:
             plan = self._known(job, reg, workload, plan)
+        if reg.gpus:
+            # --gpus selects: the job sees those GPUs only, named by UUID (nvidia-smi's indices and
+            # CUDA's enumeration order may differ; a UUID is the same GPU to both)
+            visible = ",".join(g.uuid for g in d.gpus if g.index in reg.gpus)
+            plan = dataclasses.replace(plan, env={**plan.env, "CUDA_VISIBLE_DEVICES": visible})
         if plan.capture and set(LIVE_FLAG_LEVERS) & set(d.config.experiments.live_levers):
             plan = dataclasses.replace(plan, env={**plan.env, LIVE_FLAGS_VAR: "1"})
         plan = dataclasses.replace(plan, env=with_site(plan.env))  # framework knobs: gitmd's sitecustomize
@@ -81,6 +88,18 @@ class Launch:
         for w in plan.warnings:
             log.warning("job %s (%s): %s", job.id, job.name, w)
         return job, plan
+
+    def _gpus(self, gpus: tuple[int, ...]) -> tuple[int, ...]:
+        """The job's GPUs by this host's index (nvidia-smi's), each once, in order; an index this host
+        does not have is refused."""
+        have = {g.index for g in self.d.gpus}
+        missing = sorted(set(gpus) - have)
+        if missing:
+            span = f"{min(have)}..{max(have)}" if have else "none"
+            raise InvalidArgumentError(
+                f"no GPU {', '.join(map(str, missing))} on this host (it has {len(have)}: {span})"
+            )
+        return tuple(sorted(set(gpus)))
 
     def _known(self, job: Job, reg: Registration, workload: Workload, plan: LaunchPlan) -> LaunchPlan:
         """A recurring job: its known-good policy comes with the launch, no experiment needed; or it

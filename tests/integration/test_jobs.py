@@ -315,14 +315,23 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
             "--",
             sys.executable,
             "-c",
-            "print('loss 0.5')",
+            "import os; print('loss 0.5'); print(os.environ['CUDA_VISIBLE_DEVICES'])",
         ],
         capture_output=True,
         text=True,
         cwd=short_tmp,
         timeout=60,
     )
-    assert r.returncode == 0 and r.stdout.strip() == "loss 0.5", r.stderr
+    assert r.returncode == 0 and r.stdout.split() == ["loss", "0.5", "GPU-sim-0000-0000,GPU-sim-0000-0001"], r
+    # --gpus selects by UUID; an index this host lacks is refused and nothing runs; a repeat is once
+    r = subprocess.run(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "run", "--no-capture", "--gpus", "1,7",
+         "--", sys.executable, "-c", "print('ran')"],
+        capture_output=True, text=True, cwd=short_tmp, timeout=60,
+    )  # fmt: skip
+    assert (
+        r.returncode != 0 and "ran" not in r.stdout and "no GPU 7 on this host (it has 2: 0..1)" in r.stderr
+    ), r
     (job,) = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
     assert job["gpus"] == [0, 1] and job["scheduler_job_id"] == "slurm-77" and not job["allow_exploration"]
     kinds = [c["kind"] for c in job["contract"]["checks"]]

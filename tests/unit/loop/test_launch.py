@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gitmd.jobs.registry import Registration
-from tests.unit.loop.helpers import mapping_child, pending, ring_for, service_with_policy
+from tests.unit.loop.helpers import make_service, mapping_child, pending, ring_for, service_with_policy
 
 
 def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
@@ -79,3 +79,19 @@ def test_a_cpu_affinity_policy_comes_with_the_launch_plan_and_is_set_at_exec(
         finally:
             child.kill()
             child.wait()
+
+
+def test_gpus_are_this_hosts_each_once_and_the_job_sees_only_them(tmp_path: Path) -> None:
+    """Hardening issue, item 10: `--gpus 7` was accepted on a 2-GPU host, `0,0,1` kept, and nothing
+    selected the GPUs."""
+    from gitmd.errors import InvalidArgumentError
+
+    svc = make_service(tmp_path)  # one simulated GPU
+    me = (os.getuid(), os.getgid())
+    view, plan = svc.register_job(Registration("g", ("prog",), "/", *me, gpus=(0, 0)))
+    assert view.job.gpus == (0,) and plan.env["CUDA_VISIBLE_DEVICES"] == svc.gpus()[0].uuid
+    with pytest.raises(InvalidArgumentError, match=r"no GPU 3 on this host \(it has 1: 0..0\)"):
+        svc.register_job(Registration("g", ("prog",), "/", *me, gpus=(0, 3)))
+    assert len(svc.jobs.list(include_exited=True)) == 1  # the refused one was not registered
+    _, plain = svc.register_job(Registration("p", ("prog",), "/", *me))
+    assert "CUDA_VISIBLE_DEVICES" not in plain.env  # no --gpus: the launcher's own environment stands
