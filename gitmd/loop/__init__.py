@@ -48,7 +48,7 @@ class Loop:
         self.trials = Trials(d, self.observe, self.targets, self.pub)
         self.choose = Choose(d, self.pub, self.attribute, self.targets, self.trials)
         self.launch = Launch(d, self.pub, self.observe, self.targets, self.trials)
-        self.exits = Exits(d, self.pub, self.trials)
+        self.exits = Exits(d, self.pub, self.trials, self.attribute)
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
 
     def tick(self) -> None:

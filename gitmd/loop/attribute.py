@@ -3,13 +3,18 @@ per job; and which causes showed in two windows in a row (what the loop acts on)
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
+from gitmd.analysis import report_codec
 from gitmd.analysis.report import WindowReport, window_report
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.jobs.registry import Job
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 
-REPORTS_KEPT = 8  # attribution reports kept per job (gitmctl explain --window)
+log = logging.getLogger(__name__)
+REPORTS_KEPT = 8  # attribution reports kept per running job (gitmctl explain --window)
 
 
 class Attribute:
@@ -27,12 +32,7 @@ class Attribute:
             return kept[window_id]
         jc = d.capture.get(job.id) if d.capture is not None else None
         if jc is None and job.state in ("exited", "lost"):
-            code = f", exit {job.exit_code}" if job.exit_code is not None else ""
-            crash = f"; {job.crash}" if job.crash else ""
-            raise InvalidArgumentError(
-                f"job {job.id} ({job.name}) has ended ({job.state}{code}{crash}); gitmd keeps the reports "
-                "of running jobs only: `gitmctl job` shows what its run came to"
-            )
+            return self._kept(job, window_id)
         if jc is None:
             raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
         window = jc.last
@@ -53,6 +53,45 @@ class Attribute:
         for old in sorted(kept)[:-REPORTS_KEPT]:
             del kept[old]
         return report
+
+    def _kept(self, job: Job, window_id: int) -> WindowReport:
+        """An ended job's report, as kept when it ended (exits.py): its latest, or one by window id."""
+        got = self.d.reports.get(job.id, window_id)
+        if got is None:
+            code = f", exit {job.exit_code}" if job.exit_code is not None else ""
+            crash = f"; {job.crash}" if job.crash else ""
+            held = self.d.reports.windows(job.id)
+            if window_id and held:
+                kept = ", ".join(map(str, held))
+                raise NotFoundError(f"window {window_id} of job {job.id} is not kept; kept: {kept}")
+            raise InvalidArgumentError(
+                f"job {job.id} ({job.name}) has ended ({job.state}{code}{crash}) and no window of it was "
+                "analysed: `gitmctl job` shows what its run came to"
+            )
+        try:
+            rep = report_codec.loads(got[1])
+        except ValueError as e:
+            raise InvalidArgumentError(f"job {job.id}'s kept report cannot be read: {e}") from None
+        code = f", exit {job.exit_code}" if job.exit_code is not None else ""
+        crash = f"; {job.crash}" if job.crash else ""
+        ended = f"the job has ended ({job.state}{code}{crash}): this is its report as kept then"
+        return dataclasses.replace(rep, notes=[ended, *rep.notes])
+
+    def keep(self, job_id: str) -> None:
+        """The job is ending: its reports kept in the store (the latest window's made now if none was,
+        without Granger tests, which would hold up the launcher's exit: a known job's windows are
+        never explained while it runs)."""
+        st = self.d.states.get(job_id)
+        if st is None:
+            return
+        reports = dict(st.reports)
+        if st.newest is not None and st.newest.window_id not in reports:
+            try:
+                reports[st.newest.window_id] = window_report(st.newest, history=st.history, tester=None)
+            except Exception:
+                log.exception("the last window of job %s could not be analysed", job_id)
+        if reports:
+            self.d.reports.keep(job_id, {w: report_codec.dumps(r) for w, r in reports.items()})
 
     def earlier_causes(self, job: Job, report: WindowReport) -> set[str]:
         """The causes above threshold in the window before ``report``'s: of this run, or for its

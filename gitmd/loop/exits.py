@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from gitmd.jobs.registry import Job
+from gitmd.loop.attribute import Attribute
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
 from gitmd.loop.trials import Trials
@@ -25,10 +26,11 @@ LOST_EXIT_CODE = -1000
 
 
 class Exits:
-    def __init__(self, d: Deps, pub: Publisher, trials: Trials) -> None:
+    def __init__(self, d: Deps, pub: Publisher, trials: Trials, attribute: Attribute) -> None:
         self.d = d
         self.pub = pub
         self.trials = trials
+        self.attribute = attribute
 
     def run_s(self, job_id: str) -> float | None:
         """The run's length by its own clock: from its first process's CUDA initialisation (its ring's
@@ -131,8 +133,13 @@ class Exits:
         return ended
 
     def untrack(self, job_id: str) -> None:
-        """Its capture closed, and what only a running job needs dropped (its windows' analysis)."""
+        """Its capture closed, and what only a running job needs dropped (its windows' analysis);
+        its last reports kept in the store first (`gitmctl explain` on the ended job)."""
         d = self.d
+        try:
+            self.attribute.keep(job_id)
+        except Exception:
+            log.exception("keeping the reports of job %s failed", job_id)
         st = d.states.get(job_id)
         if d.capture is not None:
             jc = d.capture.get(job_id)

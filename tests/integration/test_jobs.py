@@ -404,6 +404,11 @@ def test_explain_a_running_job(daemon: Daemon, short_tmp: Path) -> None:
     assert r.returncode == 4 and f"keeps the latest window and the reports it made: {w}" in r.stderr
     stop.touch()
     assert proc.wait(30) == 0
+    # ended: its last reports stay readable (issue: "explain keeps working after a job ends")
+    kept = ctl_json(daemon.socket, "explain", job_id)
+    assert kept["window_id"] == w and any("the job has ended (exited, exit 0)" in n for n in kept["notes"])
+    r = ctl(daemon.socket, "explain", job_id, "--window", str(w + 100), check=False)
+    assert r.returncode == 4 and f"is not kept; kept: {w}" in r.stderr
     r = ctl(daemon.socket, "explain", check=False)
     assert r.returncode == 2 and "--capture" in r.stderr
     r = ctl(daemon.socket, "explain", "nope", check=False)

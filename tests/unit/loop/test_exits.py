@@ -130,3 +130,24 @@ def test_stopping_a_job_on_purpose_is_no_crash(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
     view, _ = svc.register_job(Registration("x", ("prog",), "/", os.getuid(), os.getgid()))
     assert svc.report_exit(view.job.id, -15).job.crash == ""
+
+
+def test_an_ended_jobs_last_window_is_explained_from_the_store(tmp_path: Path) -> None:
+    """Issue: `gitmctl explain <ended job>` said "not captured: nothing to explain" for every job. A
+    job's last window is analysed when it ends if no report was made while it ran (a known job's
+    never is), and kept; explain reads it after the job is gone from memory."""
+    import dataclasses
+
+    from gitmd.capture import capture_file
+    from tests.unit.loop.helpers import PLANTED
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("e", ("prog",), "/", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    window = capture_file.loads(next(iter(sorted(PLANTED.glob("*.npz")))))
+    svc.states.of(job_id).newest = dataclasses.replace(window, job_id=job_id)
+    svc.report_exit(job_id, 0)
+    assert svc.states.get(job_id) is None  # nothing of it left in memory
+    rep = svc.attribution(job_id)
+    assert rep.window_id == window.window_id and rep.notes[0].startswith("the job has ended (exited, exit 0)")
+    assert [c.name for c in rep.causes]
