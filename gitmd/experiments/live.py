@@ -149,6 +149,31 @@ class ExperimentStore:
                 _exp(r) for r in db.query("SELECT * FROM experiments WHERE job_id = ? ORDER BY id", [job_id])
             ]
 
+    def resumable(self, workload_id: str, lever: str) -> list[Experiment]:
+        """The workload's live trials of ``lever`` that ended with their job (or with gitmd) before
+        deciding and that no later trial has continued: their pairs are evidence about the
+        workload, and the next run's trial of the same lever continues from them."""
+        if not workload_id:
+            return []
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT e.* FROM experiments e JOIN jobs j ON j.id = e.job_id WHERE j.workload_id = ? "
+                "AND e.lever = ? AND e.state = 'abandoned' "
+                "AND json_extract(e.decision, '$.continued_in') IS NULL ORDER BY e.id",
+                [workload_id, lever],
+            )
+            return [_exp(r) for r in rows]
+
+    def continued(self, earlier: list[Experiment], eid: int) -> None:
+        """``earlier``'s pairs are carried by experiment ``eid`` now: never continued twice."""
+        with self.store.transaction() as db:
+            for e in earlier:
+                db.conn.execute(
+                    "UPDATE experiments SET decision = json_set(decision, '$.continued_in', ?), "
+                    "updated_ns = ? WHERE id = ?",
+                    (eid, time.time_ns(), e.id),
+                )
+
     def abandon_unfinished(self, reason: str) -> int:
         """At start: experiments a previous gitmd left running end as abandoned."""
         with self.store.transaction() as db:
@@ -175,6 +200,22 @@ def _exp(r: dict[str, Any]) -> Experiment:
     )
 
 
+def pairs_of(arms: list[dict[str, Any]]) -> list[tuple[float, float, float | None]]:
+    """An experiment's complete pairs, (A step, B step, A's GPU-busy share), in the order measured:
+    its arms come a round (two windows) at a time; a window without a step spoils only its pair."""
+    out = []
+    for i in range(0, len(arms) - 1, 2):
+        x, y = arms[i], arms[i + 1]
+        by = {x.get("arm"): x, y.get("arm"): y}
+        a, b = by.get("A"), by.get("B")
+        if a is None or b is None:
+            continue
+        sa, sb = a.get("step_ms"), b.get("step_ms")
+        if sa and sb and sa > 0 and sb > 0:
+            out.append((float(sa), float(sb), a.get("gpu_busy")))
+    return out
+
+
 class LiveExperiment:
     def __init__(
         self,
@@ -191,9 +232,12 @@ class LiveExperiment:
         cancel: threading.Event | None = None,
         early_speedup: float = 0.0,
         cause_share: float | None = None,
+        earlier: list[Experiment] | None = None,
     ) -> None:
         """``cause_share``: the most of the job's time the cause the lever addresses can take (its
-        Cause.ceiling; no gain beyond removing all of it is believed)."""
+        Cause.ceiling; no gain beyond removing all of it is believed). ``earlier``: the workload's
+        unfinished trials of this lever (ExperimentStore.resumable), whose pairs this one continues
+        from: a job too short for a whole trial adds its pairs, and a later run decides on them all."""
         self.cause_share = cause_share
         self.experiments = experiments
         self.interventions = interventions
@@ -208,6 +252,17 @@ class LiveExperiment:
         self.early_speedup = early_speedup
         self.cancel = cancel or threading.Event()
         self.exp = experiments.create(job_id, lever, cause)
+        self.earlier = list(earlier or [])
+        self.prior = [p for e in self.earlier for p in pairs_of(e.arms)]
+        if self.earlier:
+            # carried over whole: if this run ends before deciding too, the next continues from here
+            for e in self.earlier:
+                for x, y, g in pairs_of(e.arms):
+                    self.exp.arms += [{"arm": "A", "step_ms": x, "gpu_busy": g, "from": e.id},
+                                      {"arm": "B", "step_ms": y, "from": e.id}]  # fmt: skip
+            experiments.continued(self.earlier, self.exp.id)
+            self.exp.decision = {"continues": [e.id for e in self.earlier], "pairs_before": len(self.prior)}
+            experiments.update(self.exp)
 
     def _window(self, arm: str) -> Measurement | None:
         self.exp.state = "baseline" if arm == "A" else "treatment"
@@ -248,11 +303,12 @@ class LiveExperiment:
             raise
 
     def _run(self) -> Decision:
-        a: list[float] = []
-        b: list[float] = []
+        a: list[float] = [x for x, _, _ in self.prior]  # pairs the workload's earlier runs measured
+        b: list[float] = [y for _, y, _ in self.prior]
         nonfinite = False
-        busy: list[float] = []  # the baseline windows' GPU-busy shares
-        for r in range(self.rounds):
+        busy: list[float] = [g for _, _, g in self.prior if g]  # the baseline windows' GPU-busy shares
+        start = len(self.prior)
+        for r in range(start, max(self.rounds, start + 1)):
             pair: dict[str, float] = {}
             for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
                 if self.cancel.is_set():
@@ -280,6 +336,10 @@ class LiveExperiment:
         verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
         d = early or decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)
         d = implausible(self.lever, d, busy) or beyond_cause(d, self.cause, self.cause_share) or d
+        if self.prior:
+            d = Decision(
+                d.promote, f"{d.reason} (with {len(self.prior)} pair(s) from earlier runs)", d.interval
+            )
         self.exp.state = "decided"
         self.exp.decision = decision_json(d)
         self.experiments.update(self.exp)
@@ -306,6 +366,8 @@ class LiveExperiment:
     def _end(self, state: str, d: Decision) -> Decision:
         self.exp.state = state
         self.exp.decision = decision_json(d)
+        if self.earlier:
+            self.exp.decision["continues"] = [e.id for e in self.earlier]
         self.experiments.update(self.exp)
         log.info(
             "experiment %d (%s on job %s): %s — %s",

@@ -4,7 +4,9 @@ forms of one concept, both evidence about the *workload*:
   and reverts unless it is measurably faster with the outputs unchanged (experiments/live.py);
 - a launch trial changes the environment of the workload's next runs, arm A or B by run, each run
   measured by its own clock, decided when its runs have exited (experiments/runs.py).
-A promoted trial becomes a policy of the workload in the library; its next launch gets it."""
+A promoted trial becomes a policy of the workload in the library; its next launch gets it. A live
+trial its job ended before deciding is continued by the next run's trial of the same lever: the
+pairs it measured stay evidence about the workload (ExperimentStore.resumable)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ class Trials:
             return Measurement(w.window_id, step_ms, values, busy)
 
         try:
+            # the workload's unfinished trials of this lever: their pairs count, this run adds its own
+            earlier = d.experiments.resumable(d.jobs.get(job_id).workload_id, lever.name)
             exp = LiveExperiment(
                 d.experiments,
                 d.interventions,
@@ -89,6 +93,7 @@ class Trials:
                 cancel=cancel,
                 early_speedup=cfg.early_speedup,
                 cause_share=cause_share,
+                earlier=earlier,
             )
             dec = exp.run()
             if dec.promote and dec.interval is not None:

@@ -29,10 +29,10 @@ from gitmd.telemetry.sim import SimBackend
 PLANTED = Path(__file__).resolve().parents[2] / "fixtures" / "planted"  # real H200 windows
 
 
-def make_service(tmp_path: Path) -> Service:
+def make_service(tmp_path: Path, gpus: int = 1) -> Service:
     shim = tmp_path / "libgitm_shim.so"
     shim.write_bytes(b"\x7fELF")
-    cfg = Config(capture=CaptureConfig(shim_path=shim), sim=SimConfig(gpus=1))
+    cfg = Config(capture=CaptureConfig(shim_path=shim), sim=SimConfig(gpus=gpus))
     store = Store(tmp_path / "g.db")
     backend = SimBackend(cfg.sim)
     backend.open()

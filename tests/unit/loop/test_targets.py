@@ -20,7 +20,7 @@ from tests.unit.loop.helpers import make_service, mapping_child, ring_for
 def test_a_background_cotenant_on_the_same_gpu_is_what_cotenant_yield_acts_on(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
-    svc = make_service(tmp_path)
+    svc = make_service(tmp_path, gpus=2)  # the job on GPU 0, one co-tenant on GPU 1
     targets = svc.loop.targets
     me = (os.getuid(), os.getgid())
     fg, fg_plan = svc.register_job(Registration("train", ("python", "t.py"), "/srv", *me, gpus=(0,)))

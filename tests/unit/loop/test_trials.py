@@ -124,3 +124,58 @@ def test_a_trial_run_that_crashed_is_not_evidence(tmp_path: Path) -> None:
     run_train(svc, contract, None, 1.0, exit_code=-11)  # arm A crashed
     (t,) = svc.trials.of_workload(wid)
     assert t.state == "running" and t.spoiled() == 1 and t.runs[0]["crashed"].startswith("may be gitmd's")
+
+
+def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path) -> None:
+    """Convergence issue, item 1: a recurring job too short for a whole live trial kept ending it
+    "abandoned (job ended)", and every next run started from zero. The pairs it measured now stay
+    evidence about the workload: the next run's trial of the same lever continues from them and
+    decides on all of them; a trial is continued once, and a continued one ending early again is
+    itself continued with everything it carried."""
+    import subprocess
+    import sys
+
+    from gitmd.experiments.live import ExperimentStore, LiveExperiment, Measurement
+    from gitmd.jobs.registry import Registration
+    from gitmd.levers.base import Target
+    from gitmd.levers.host import CpuAffinity
+
+    svc = make_service(tmp_path)
+    exps = ExperimentStore(svc.jobs.store)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    cpu = sorted(os.sched_getaffinity(0))[0]
+
+    def run_of_workload() -> str:
+        view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+        svc.jobs.set_workload(view.job.id, "w1")
+        return view.job.id
+
+    def trial(job_id: str, steps: list[float | None], earlier: list) -> LiveExperiment:  # type: ignore[type-arg]
+        seq = iter([Measurement(i + 1, s) if s is not None else None for i, s in enumerate(steps)])
+        return LiveExperiment(
+            exps, svc.interventions, job_id, CpuAffinity(cpus=[cpu]), "host_contention",
+            target=lambda: Target(pids=(child.pid,)), measure=lambda: next(seq), rounds=4, settle_s=0,
+            earlier=earlier,
+        )  # fmt: skip
+
+    try:
+        first = trial(run_of_workload(), [10.0, 5.0, None], [])  # one pair (A, B), then its job ended
+        d = first.run()
+        assert not d.promote and "abandoned" in d.reason
+        assert [e.id for e in exps.resumable("w1", "cpu_affinity")] == [first.exp.id]
+        assert exps.resumable("w1", "sched_priority") == [] and exps.resumable("other", "cpu_affinity") == []
+        # the second run: one more pair (B, A), then it ended too: it carries both pairs on
+        second = trial(run_of_workload(), [5.1, 10.2, None], exps.resumable("w1", "cpu_affinity"))
+        assert not second.run().promote
+        assert exps.get(first.exp.id).decision["continued_in"] == second.exp.id
+        assert [e.id for e in exps.resumable("w1", "cpu_affinity")] == [second.exp.id]
+        # the third run measures the last two pairs and decides on all four
+        third = trial(run_of_workload(), [9.9, 4.9, 5.05, 10.1], exps.resumable("w1", "cpu_affinity"))
+        d = third.run()
+        assert d.promote and d.interval is not None and d.interval.pairs == 4, d.reason
+        assert "2 pair(s) from earlier runs" in d.reason and 1.8 < d.interval.speedup < 2.2
+        assert exps.resumable("w1", "cpu_affinity") == []  # decided: nothing left to continue
+        assert exps.get(third.exp.id).decision["continues"] == [second.exp.id]
+    finally:
+        child.kill()
+        child.wait()
