@@ -9,7 +9,7 @@ PROTO := protos/gitm/v1/gitmd.proto
 GEN_STAMP := $(GEN)/gitm/v1/gitmd_pb2.py
 
 
-.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels bench clean
+.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels bench corpus clean
 
 all: build
 
@@ -55,6 +55,11 @@ lint: build
 fmt: venv
 	$(VENV)/bin/ruff format gitmd gitmctl tests bench tools
 	$(VENV)/bin/ruff check --fix gitmd gitmctl tests bench tools
+
+# Third-party corpus (bench/corpus/): extract the pinned sources from the mirrors, write synthetic data.
+corpus:
+	$(PYTHON) bench/corpus/materialise.py
+	$(PYTHON) bench/corpus/data.py
 
 deb: build
 	bash packaging/deb/build.sh

@@ -1,0 +1,122 @@
+"""The corpus manifest and its held-out split (bench/corpus/)."""
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parents[3] / "bench" / "corpus"
+REQUIRED = (
+    "name",
+    "repo",
+    "commit",
+    "licence",
+    "paths",
+    "command",
+    "env",
+    "data",
+    "step_clock",
+    "step_clock_unit",
+    "output",
+    "kind",
+    "threads",
+    "expected_s",
+    "verified",
+    "needs",
+    "notes",
+)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def programs() -> list[dict]:
+    with (CORPUS / "manifest.toml").open("rb") as f:
+        return tomllib.load(f)["program"]
+
+
+@pytest.fixture(scope="module")
+def split_doc() -> dict:
+    with (CORPUS / "split.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def test_every_entry_has_the_required_fields(programs: list[dict]) -> None:
+    for p in programs:
+        missing = [k for k in REQUIRED if k not in p]
+        assert not missing, f"{p.get('name')}: lacks {missing}"
+        assert re.fullmatch(r"[0-9a-f]{40}", p["commit"]), p["name"]
+        assert p["command"] and p["command"][0] == "{python}", p["name"]
+        assert isinstance(p["verified"], bool), p["name"]
+        if p["step_clock"] != "wall":
+            re.compile(p["step_clock"])
+        if p["output"] != "exit":
+            re.compile(p["output"])
+        assert p.get("step_clock_stream", "stdout") in ("stdout", "stderr"), p["name"]
+
+
+def test_unverified_entries_are_not_measured(programs: list[dict]) -> None:
+    for p in programs:
+        if p["verified"]:
+            assert isinstance(p["expected_s"], int | float), p["name"]
+        else:
+            assert p["expected_s"] == "not measured", p["name"]
+
+
+def test_corpus_size_and_exclusions(programs: list[dict]) -> None:
+    assert len(programs) >= 16
+    assert len({p["name"] for p in programs}) == len(programs)
+    assert len({p["repo"] for p in programs}) >= 5
+    assert sum(p["kind"] == "non-torch" for p in programs) >= 3
+    for p in programs:
+        assert not p["repo"].lower().startswith("karpathy/"), p["name"]
+        assert p["repo"].lower() != "pytorch/examples", p["name"]
+
+
+def test_split_covers_exactly_the_manifest(programs: list[dict], split_doc: dict) -> None:
+    assert set(split_doc["program"]) == {p["name"] for p in programs}
+    assert set(split_doc["program"].values()) <= {"dev", "test"}
+
+
+def test_split_is_what_the_committed_seed_gives(programs: list[dict], split_doc: dict) -> None:
+    split = _load("split")
+    assert split_doc["seed"] == split.SEED
+    assert split_doc["program"] == split.split(programs, split.SEED)
+    assert split.RULE in (CORPUS / "split.toml").read_text()
+    assert split.split(programs, split.SEED, split_doc["program"]) == split_doc["program"]
+
+
+def test_a_program_added_later_moves_no_other(programs: list[dict], split_doc: dict) -> None:
+    """A held-out program never moves to the dev half: new programs are dealt around the committed
+    split, each kind to the half with fewer of it."""
+    split = _load("split")
+    kind = programs[0]["kind"]
+    more = [*programs, {"name": "zz-new-a", "kind": kind}, {"name": "zz-new-b", "kind": kind}]
+    grown = split.split(more, split.SEED, split_doc["program"])
+    assert {n: grown[n] for n in split_doc["program"]} == split_doc["program"]
+    halves = [grown[p["name"]] for p in more if p["kind"] == kind]
+    assert abs(halves.count("dev") - halves.count("test")) <= 1
+
+
+def test_split_is_balanced_by_kind(programs: list[dict], split_doc: dict) -> None:
+    halves = split_doc["program"]
+    assert abs(sum(h == "dev" for h in halves.values()) - sum(h == "test" for h in halves.values())) <= 1
+    for kind in {p["kind"] for p in programs}:
+        names = [p["name"] for p in programs if p["kind"] == kind]
+        dev = sum(halves[n] == "dev" for n in names)
+        assert abs(dev - (len(names) - dev)) <= 1, kind
+
+
+def test_materialise_accepts_the_manifest(programs: list[dict]) -> None:
+    materialise = _load("materialise")
+    loaded = materialise.load_manifest(CORPUS / "manifest.toml")
+    assert [p["name"] for p in loaded] == [p["name"] for p in programs]
+    materialise.group_by_repo(loaded)  # one commit per repo
