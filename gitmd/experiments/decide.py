@@ -102,6 +102,29 @@ def decide(
     )
 
 
+def clearly_slower(
+    baseline: Sequence[float], treatment: Sequence[float], min_gain: float, rounds: int
+) -> Decision | None:
+    """A trial stopped before ``rounds`` pairs because the lever is clearly hurting the job: after two
+    pairs at least (one of each order, so a drift cancels), every B measure at least ``min_gain``
+    slower than every A measure. Each losing pair costs the job; there is no need to finish proving
+    a loss (convergence issue: a live CPU experiment cost a run 49%). None: go on."""
+    n = min(len(baseline), len(treatment))
+    if n < 2 or n >= rounds:
+        return None
+    worst = min(treatment) / max(baseline)  # B's fastest against A's slowest: times, larger is slower
+    if worst < 1 + min_gain:
+        return None
+    ratios = [a / b for a, b in zip(baseline, treatment, strict=True)]
+    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return Decision(
+        False,
+        f"{speedup:.3f}x: every B at least {worst:.2f}x slower than every A in {n} pair(s): stopped "
+        f"before {rounds} pairs, not kept",
+        Interval(speedup, min(ratios), max(ratios), n, True),
+    )
+
+
 def early_stop(
     baseline: Sequence[float], treatment: Sequence[float], worst: float, early_speedup: float, rounds: int
 ) -> Decision | None:

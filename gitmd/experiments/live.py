@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitmd.experiments.decide import MIN_GAIN, Decision, decide, early_stop
+from gitmd.experiments.decide import MIN_GAIN, Decision, clearly_slower, decide, early_stop
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.interventions import Interventions
 from gitmd.levers.base import Lever, LeverError, Risk, Target
@@ -329,7 +329,7 @@ class LiveExperiment:
             if len(pair) == 2:  # a window without a step found spoils only its pair
                 a.append(pair["A"])
                 b.append(pair["B"])
-            early = self._early(a, b, nonfinite)
+            early = clearly_slower(a, b, self.min_gain, self.rounds) or self._early(a, b, nonfinite)
             if early is not None:
                 break
         failures = ("NaN or Inf in payload samples under the treatment",) if nonfinite else ()

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitmd.experiments.decide import Decision, Interval, decide
+from gitmd.experiments.decide import Decision, Interval, clearly_slower, decide
 from gitmd.experiments.equivalence import Contract, Outputs, Verdict, evaluate
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -275,6 +275,9 @@ def decide_trial(
                 d.interval,
             )
         return d
+    slower = clearly_slower(a_s, b_s, min_gain, rounds)  # each losing run costs the job: stop
+    if slower is not None:
+        return slower
     if early_speedup <= 0:
         return None
     ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]

@@ -56,3 +56,18 @@ def test_interval_and_bad_input() -> None:
     assert iv.speedup == pytest.approx(2.0) and iv.low == pytest.approx(2.0) and iv.paired
     with pytest.raises(ValueError):
         speedup_interval([1, float("nan"), 1], [1, 1, 1])
+
+
+def test_a_lever_clearly_hurting_the_job_is_stopped_after_two_pairs() -> None:
+    """Convergence issue: a live CPU experiment cost a run 49%. Every losing pair costs the job, so
+    two pairs (one of each order) in which every B is at least min_gain slower than every A end the
+    trial there; anything less clear goes on, and one pair never stops it."""
+    from gitmd.experiments.decide import clearly_slower
+
+    d = clearly_slower([10.0, 10.2], [12.0, 11.9], 0.03, 4)  # times: B ~17% slower in both pairs
+    assert d is not None and not d.promote and "stopped before 4 pairs" in d.reason
+    assert d.interval is not None and d.interval.speedup < 0.9 and d.interval.pairs == 2
+    assert clearly_slower([10.0], [13.0], 0.03, 4) is None  # one pair: a drift could do that
+    assert clearly_slower([10.0, 10.2], [10.1, 9.9], 0.03, 4) is None  # noise, not a loss
+    assert clearly_slower([10.0, 10.2], [10.4, 12.0], 0.03, 4) is None  # B's best within 3% of A's worst
+    assert clearly_slower([10.0] * 4, [12.0] * 4, 0.03, 4) is None  # all rounds run: the full decision

@@ -105,3 +105,19 @@ def test_a_numerics_lever_without_numbers_compared_is_not_promoted_early() -> No
 def test_run_noise_is_the_relative_spread_of_plain_runs() -> None:
     assert run_noise([10.0]) is None and run_noise([10.0, 10.01]) is None
     assert abs((run_noise([9.0, 10.0, 11.0]) or 0) - 0.2) < 1e-12
+
+
+def test_a_launch_lever_clearly_slower_is_reverted_after_two_pairs() -> None:
+    """Each losing run of a launch trial costs the workload a run: two pairs in which every B run is
+    at least min_gain slower than every A run end the trial, not kept, before its three pairs."""
+    slow = trial(
+        run("A", 40.0), run("B", 48.0), run("B", 47.0), run("A", 40.5), lever="cuda_device_max_connections"
+    )
+    d = decide_trial(slow, CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and not d.promote and "stopped before 3 pairs" in d.reason
+    assert (
+        decide_trial(
+            trial(run("A", 40.0), run("B", 48.0), lever="cuda_device_max_connections"), CONTRACT, 3, 0.03, 1.5
+        )
+        is None
+    )  # one pair: more runs needed
