@@ -98,6 +98,8 @@ class Client:
             return ClientError(f"permission denied: {details}", EXIT_DENIED)
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return ClientError(f"not authenticated: {details}", EXIT_DENIED)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return ClientError(f"refused, a limit was reached: {details}", EXIT_UNAVAILABLE)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return ClientError(f"gitmd did not answer within {self.timeout_s:g} s", EXIT_UNAVAILABLE)
         return ClientError(f"{code.name}: {details}", EXIT_ERROR)

@@ -48,3 +48,7 @@ class UnauthenticatedError(GitmdError):
 
 class PermissionDeniedError(GitmdError):
     """The caller is known but may not do this; the message says what was refused and why."""
+
+
+class ResourceExhaustedError(GitmdError):
+    """A per-caller or daemon-wide limit was reached; the message says which and what to do."""

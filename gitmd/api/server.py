@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.servicer import GitmdServicer
+from gitmd.api.streams import StreamSlots
 from gitmd.auth.gate import Gate
 from gitmd.config import RemoteConfig
 from gitmd.errors import StartupError
@@ -62,7 +63,7 @@ class ApiServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service, gate), self.server)
+        pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service, gate, StreamSlots(workers)), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (

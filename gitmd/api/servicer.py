@@ -19,6 +19,7 @@ import grpc
 from gitmd import capture_explain
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
+from gitmd.api.streams import StreamSlots
 from gitmd.auth.access import ADMIN, Access, Caller
 from gitmd.auth.gate import Gate
 from gitmd.errors import (
@@ -26,6 +27,7 @@ from gitmd.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnauthenticatedError,
 )
 from gitmd.experiments import equivalence
@@ -42,6 +44,7 @@ _CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 
 Method = Callable[[Any, Any, grpc.ServicerContext, Caller], Any]  # (servicer, request, context, caller)
@@ -75,7 +78,8 @@ def _stream(fn: Method) -> Handler:
     def streaming(self: GitmdServicer, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
             caller = self.gate.admit(context, fn.__name__)
-            yield from fn(self, request, context, caller)
+            with self.streams.hold(caller, fn.__name__):  # a worker thread for as long as it lasts
+                yield from fn(self, request, context, caller)
         except GitmdError as e:
             _abort(context, e, fn.__name__)
 
@@ -87,9 +91,10 @@ def _opt(msg: Any, field: str) -> Any:
 
 
 class GitmdServicer(pb_grpc.GitmdServicer):
-    def __init__(self, service: Service, gate: Gate) -> None:
+    def __init__(self, service: Service, gate: Gate, streams: StreamSlots | None = None) -> None:
         self.svc = service
         self.gate = gate
+        self.streams = streams or StreamSlots(16)
 
     # -- ownership -----------------------------------------------------------------------------
     def _deny(self, caller: Caller, rpc: str, target: str, why: str) -> PermissionDeniedError:

@@ -238,3 +238,42 @@ def test_sighup_reloads_the_config_and_never_stops_gitmd(daemon_factory: Any, sh
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(15) == 0
     sock.close()
+
+
+def test_one_users_open_streams_never_starve_gitmd(daemon: Daemon) -> None:
+    """Hardening issue, item 4: 16 open watches took every gRPC worker and root's `gitmctl status`
+    timed out. A caller holds at most 4 streams (the next is refused, RESOURCE_EXHAUSTED, with what
+    to do), and unary calls still answer at once; a closed stream frees its place."""
+    import time
+
+    from gitmd.api.streams import PER_CALLER
+
+    watch = [*command("gitmctl"), "--socket", str(daemon.socket), "jobs", "--watch"]
+    watchers = [
+        subprocess.Popen(watch, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(PER_CALLER)
+    ]
+    try:
+        time.sleep(2.0)  # their streams are open
+        assert all(w.poll() is None for w in watchers)
+        extra = subprocess.run(watch, capture_output=True, text=True, timeout=30)
+        assert extra.returncode != 0 and "streams open, the most one caller may hold" in extra.stderr, extra
+        t0 = time.monotonic()
+        ctl(daemon.socket, "status")
+        assert time.monotonic() - t0 < 5.0
+        watchers.pop().kill()
+
+        def opened() -> bool:
+            p = subprocess.Popen(watch, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            time.sleep(1.0)
+            if p.poll() is None:
+                watchers.append(p)
+                return True
+            return False
+
+        deadline = time.monotonic() + 20
+        while not opened():  # the server sees the killed watcher go, and frees its place
+            assert time.monotonic() < deadline, "a closed stream's place was never freed"
+    finally:
+        for w in watchers:
+            w.kill()
+            w.wait()
