@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 (
                     "TRIAL",
                     "LEVER",
-                    "CAUSE (share, most it allows)",
+                    "CAUSE (gain predicted, most it allows)",
                     "STATE",
                     "RUNS (arm: s by its clock)",
                     "DECISION",
@@ -119,7 +119,9 @@ def run(args: argparse.Namespace, client: Client) -> int:
                         t.lever,
                         (t.cause or "-")
                         + (
-                            f" ({100 * t.cause_share:.0f}%, ≤{t.predicted_max:.2f}x)"
+                            " ("
+                            + (f"~{t.predicted:.2f}x, " if t.HasField("predicted") else "")
+                            + f"≤{t.predicted_max:.2f}x)"
                             if t.HasField("predicted_max")
                             else ""
                         ),

@@ -206,6 +206,8 @@ def trial_to_pb(t: LaunchTrial) -> Any:
     msg.cause_share = t.cause_share
     if t.bound != float("inf"):
         msg.predicted_max = t.bound
+    if t.predicted > 0:
+        msg.predicted = t.predicted
     for field, key in (("speedup", "speedup"), ("ci_low", "low"), ("ci_high", "high")):
         if d.get(key) is not None:
             setattr(msg, field, float(d[key]))

@@ -54,6 +54,7 @@ class LaunchTrial:
     runs: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] = field(default_factory=dict)
     cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
+    predicted: float = 0.0  # the gain attribution predicted: 1 / (1 - the cause's cost share); 0: none
 
     @property
     def bound(self) -> float:
@@ -98,6 +99,7 @@ def _trial(r: dict[str, Any]) -> LaunchTrial:
         json.loads(r["runs"]),
         json.loads(r["decision"]),
         float(r.get("cause_share") or 0.0),
+        float(r.get("predicted") or 0.0),
     )
 
 
@@ -121,7 +123,7 @@ class LaunchTrials:
         return next((t for t in self.of_workload(workload_id) if t.state == "running"), None)
 
     def plan(
-        self, workload_id: str, lever: EnvLever, cause: str, cause_share: float = 0.0
+        self, workload_id: str, lever: EnvLever, cause: str, cause_share: float = 0.0, predicted: float = 0.0
     ) -> LaunchTrial | None:
         """A new trial, unless one runs for the workload or this lever was tried on it already."""
         now = time.time_ns()
@@ -135,9 +137,9 @@ class LaunchTrials:
             if rows:
                 return None
             cur = db.conn.execute(
-                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, state, "
-                "created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-                (workload_id, lever.name, json.dumps(lever.setting), cause, cause_share, now, now),
+                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
+                "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                (workload_id, lever.name, json.dumps(lever.setting), cause, cause_share, predicted, now, now),
             )
             return self._get(db, int(cur.lastrowid or 0))
 

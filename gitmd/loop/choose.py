@@ -121,7 +121,8 @@ class Choose:
                     continue  # tried within the run: its outcome stands for the launch form too
                 if lever.risk is Risk.NUMERICS and not reported:
                     continue  # its numbers could not be compared across runs (payloads come per window)
-                t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling)
+                predicted = 1 / (1 - cause.share) if cause.share < 1 else 0.0
+                t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling, predicted)
                 if t is not None:
                     log.info(
                         "workload %s: %s costs %.0f%% of run %s (at most %.0f%%); its next launches try %s "

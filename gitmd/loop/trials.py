@@ -242,6 +242,7 @@ class Trials:
                 "reason": dec.reason,
                 "metric": "run_s: the run's own clock, CUDA initialisation to exit",
                 "predicted_max": t.bound if t.bound != float("inf") else None,
+                "predicted": t.predicted or None,
                 "scope_uid": job.uid if reported else None,
             },
             gpu_model=d.gpu_model(),

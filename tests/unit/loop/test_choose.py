@@ -46,6 +46,10 @@ def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row
     window(3, "fp32_gemm")
     (t,) = svc.trials.of_workload(wid)
     assert t.lever == "tf32_override" and t.cause == "fp32_gemm"
+    assert abs(t.predicted - 2.0) < 1e-9  # what attribution predicted: 1 / (1 - its cost share 50%)
+    from gitmd.api.convert import trial_to_pb
+
+    assert trial_to_pb(t).predicted == t.predicted  # shown beside the measured one (library show)
 
 
 def test_a_run_too_short_for_two_windows_pairs_its_first_with_the_previous_runs_last(tmp_path: Path) -> None:
