@@ -30,6 +30,7 @@ from gitmd.levers.registry import env_variables
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
 from gitmd.store.library import Library
+from gitmd.store.prune import prune
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import TelemetryBackend, select_backend
 from gitmd.telemetry.nvml import NvmlBackend
@@ -43,6 +44,7 @@ DUTY_JOB_ID = "capture.duty_cycle"
 YIELD_RENEW_S = 5.0  # co-tenant yields lift themselves 20 s after their last renewal
 REAP_JOB_ID = "jobs.reap"
 REAP_EVERY_S = 15.0
+PRUNE_EVERY_S = 3600.0  # the store kept to daemon.keep_days and daemon.audit_max_rows (store/prune.py)
 
 
 def backend_factories(config: Config) -> dict[str, Callable[[], TelemetryBackend]]:
@@ -118,6 +120,7 @@ class Daemon:
                 seconds=t.retention_interval_s,
                 id=RETENTION_JOB_ID,
             )
+            scheduler.add_job(lambda: self._prune(store), "interval", seconds=PRUNE_EVERY_S, id="store-prune")
             sampler.tick()  # a first reading before we answer anyone
             scheduler.start()
             self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))
@@ -188,6 +191,19 @@ class Daemon:
             return ContextSampler(backend, interval_s)
 
         return CaptureManager(abi, c.kinds, c.flush_interval_ms, watcher, context)
+
+    def _prune(self, store: Store) -> None:
+        d = self.config.daemon
+        try:
+            got = prune(store, time.time_ns(), d.keep_days, d.audit_max_rows)
+        except Exception:
+            log.exception("pruning the store failed")
+            return
+        if got:
+            log.info(
+                "store: pruned %d ended jobs (%d kept reports, %d finished interventions) and %d audit rows",
+                got.jobs, got.reports, got.interventions, got.audit,
+            )  # fmt: skip
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:
         t = self.config.telemetry

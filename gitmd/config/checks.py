@@ -135,6 +135,8 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "socket_group": _string,
         "socket_mode": _mode,
         "log_level": _choice(LOG_LEVELS),
+        "keep_days": _nonneg_float,
+        "audit_max_rows": _int_range(0, 10**9),
     },
     "telemetry": {
         "backend": _choice(BACKENDS),

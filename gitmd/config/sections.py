@@ -21,6 +21,10 @@ class DaemonConfig:
     socket_group: str = "gitm"
     socket_mode: int = 0o666  # every local user may connect; what they may do is decided per call
     log_level: str = "info"
+    # the store kept to a size (gitmd/store/prune.py): ended jobs and audit rows older than this many
+    # days are deleted (0: kept forever); the library, trials and experiments are always kept
+    keep_days: float = 90.0
+    audit_max_rows: int = 1_000_000  # the oldest audit rows beyond this many go (0: no cap)
 
     @property
     def socket_path(self) -> Path:
