@@ -163,7 +163,7 @@ class Service:
         self, reg: Registration, audit_row: dict[str, Any] | None = None
     ) -> tuple[JobView, LaunchPlan]:
         job, plan = self.loop.launch.register(reg, audit_row)
-        view = self.loop.pub.view(job)
+        view = self.loop.pub.view(job, note_phase=False)
         self.loop.pub.publish("registered", view)
         return view, plan
 
@@ -272,7 +272,7 @@ class Service:
             raise InvalidArgumentError(f"intervention {iid} could not be reverted: {e}") from None
 
     def shutdown(self) -> None:
-        self.loop.trials.shutdown()
+        self.loop.trials.shutdown()  # its live trials cancelled and finished first
         self.interventions.revert_all("gitmd stopping")
         self.alive.clear()
         self.sampler.close_all()

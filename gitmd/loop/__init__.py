@@ -88,7 +88,7 @@ class Loop:
             self.pool.submit(self.run_window, job_id)
 
     def shutdown(self) -> None:
-        self.trials.shutdown()
+        """The window pool stopped (the facade has ended the live trials first: Trials.shutdown)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -91,6 +91,8 @@ class Choose:
         d = self.d
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
+        if job.state not in ("registered", "running"):
+            return  # ended: its kept report is for explain, not for planning (review 2026-12-03)
         if not cfg.enabled or not job.workload_id or not self.explorable(job):
             return
         if d.launch_trials.running(job.workload_id) is not None:

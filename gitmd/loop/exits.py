@@ -122,6 +122,8 @@ class Exits:
                 continue
             else:
                 why = f"registered {EXPIRE_UNSTARTED_S:.0f} s ago and no process ever started"
+            if d.jobs.get(job.id).state in ("exited", "lost"):
+                continue  # its exit was reported meanwhile: not lost
             self.trials.end_live(job.id, "the job was lost")
             self.trials.run_ended(job.id, None, {}, None, "")
             if d.capture is not None:

@@ -53,7 +53,7 @@ class Launch:
             return w.id if w else ""
 
         job, plan = d.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve, audit_row)
-        st = d.states.of(job.id)
+        st = d.states.create(job.id)
         workload = found.get("w")
         if workload is not None:
             plan = self._known(job, reg, workload, plan)
@@ -79,6 +79,7 @@ class Launch:
                 ),
             )
         if plan.capture and d.capture is not None:
+            st.captured = True
             d.capture.track(job.id, Path(job.runtime_dir))
             why = self.observe.settles(job, plan)
             if why:

@@ -67,6 +67,7 @@ class Observe:
         if born and time.time_ns() - min(born) < self.d.config.capture.settle_s * 1e9:
             return True
         st.settling = False  # settled: from now on its windows come as any job's
+        self.pub.note_phase(job_id)
         log.info("job %s: its processes have settled; first capture window now", job_id)
         return False
 
@@ -181,6 +182,7 @@ class Observe:
             return False
         answers = self.d.capture.end_observation(job_id)
         self.d.states.of(job_id).observed = True
+        self.pub.note_phase(job_id)
         if answers:
             log.info(
                 "job %s: observation ended after %d windows, no more windows (%s)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from gitmd.capture import duty
@@ -56,24 +57,38 @@ class Publisher:
             return Phase.SETTLING
         return Phase.OBSERVING
 
-    def view(self, job: Job) -> JobView:
+    def note_phase(self, job_id: str) -> str:
+        """The job's phase written to its row when it changed ("" for a job gitmd holds no state
+        of, or that runs without the shim). Called where the loop moves a job on, and from views."""
+        st = self.d.states.get(job_id)
+        if st is None or not st.captured:
+            return ""
+        with st.phase_lock:
+            phase = self.phase(job_id)
+            if phase != st.phase:
+                st.phase = phase
+                self.d.jobs.set_phase(job_id, phase.value)
+        return phase.value
+
+    def view(self, job: Job, note_phase: bool = True) -> JobView:
+        """``note_phase``: False at registration (its first phase is written at its next view: the
+        registration path stays one write)."""
         d = self.d
         procs = d.capture.processes(job.id) if d.capture is not None else []
         jc = d.capture.get(job.id) if d.capture is not None else None
         started = bool(procs) and job.state == "registered"
         if started:
             d.jobs.set_state(job.id, "running")
-            job = d.jobs.get(job.id)
+            job = dataclasses.replace(job, state="running")
         if job.state in ("exited", "lost"):
             view = stored_view(job)
         else:
-            st = d.states.of(job.id)
-            phase = self.phase(job.id)
-            if phase != st.phase:
-                st.phase = phase
-                d.jobs.set_phase(job.id, phase.value)
-                job = d.jobs.get(job.id)
-            view = JobView(job, procs, self.windows(job.id, jc), st.steps, st.policy_id)
+            st = d.states.get(job.id)
+            phase = self.note_phase(job.id) if note_phase else ""
+            if phase:
+                job = dataclasses.replace(job, phase=phase)
+            steps, policy = (st.steps, st.policy_id) if st is not None else (None, 0)
+            view = JobView(job, procs, self.windows(job.id, jc), steps, policy)
         if started:
             self.publish("running", view)
         return view

@@ -3,8 +3,9 @@ phase derived from it (Phase).
 
 What must survive a restart is in the store, not here: launch trials and their runs
 (experiments/runs.py), the live experiments tried on a job (experiments/live.py), crash marks
-(store/crashes.py), the library's policies. The phase is also written to the job's row
-(JobRegistry.set_phase) each time it changes, so `gitmctl job` shows it after the job has ended.
+(store/crashes.py), the library's policies. The phase of a captured job is also written
+to its row (JobRegistry.set_phase, publish.Publisher.note_phase) each time it changes, so `gitmctl
+job` shows it after the job has ended.
 A JobState holds what one run of gitmd learns while the job runs; it is dropped when the job ends.
 """
 
@@ -65,7 +66,9 @@ class JobState:
     # the causes that live trial may remove: the one it acts on and the others its lever addresses
     experiment_causes: set[str] = field(default_factory=set)
     observed: bool = False  # its observation has ended
+    captured: bool = False  # it runs with the shim (a phase is kept for such jobs only)
     phase: Phase | None = None  # as last written to the store
+    phase_lock: threading.Lock = field(default_factory=threading.Lock)
     # one loop step at a time per job: what a window shows, choosing a trial and ending the
     # observation, from the window pool and from a live trial's end (H200 2026-12-03: one window's
     # step ended the observation while another's started a live trial, which then got no window)
@@ -97,12 +100,21 @@ class States:
         # for two windows in a row (a 15-s job) pairs its first window with the previous run's last
         self.workload_causes: dict[str, set[str]] = {}
 
-    def of(self, job_id: str) -> JobState:
+    def create(self, job_id: str) -> JobState:
+        """A registered job's state (launch.py): the only place one is made."""
         with self._lock:
             st = self._by_job.get(job_id)
             if st is None:
                 st = self._by_job[job_id] = JobState()
             return st
+
+    def of(self, job_id: str) -> JobState:
+        """The job's state; for a job gitmd holds none of (it ended, or was registered before this
+        gitmd started) a blank one that is not kept, so that a read racing a job's end never
+        brings its state back for good."""
+        with self._lock:
+            st = self._by_job.get(job_id)
+        return st if st is not None else JobState()
 
     def get(self, job_id: str) -> JobState | None:
         with self._lock:

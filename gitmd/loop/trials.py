@@ -52,6 +52,7 @@ class Trials:
         st.experiment_causes = {cause, *lever.causes}
         st.tried.add(lever.name)
         self.pool.submit(self.run_live, job_id, lever, cause, cancel, ceiling)
+        self.pub.note_phase(job_id)
 
     def run_live(
         self, job_id: str, lever: Lever, cause: str, cancel: threading.Event, cause_share: float | None = None
@@ -105,7 +106,7 @@ class Trials:
             with d.states.exp_lock:
                 st.experiment = None
                 st.experiment_causes = set()
-            self.pub.publish("experiment", self.pub.view(d.jobs.get(job_id)))
+            self.pub.publish("experiment", self.pub.view(d.jobs.get(job_id)))  # its phase noted too
             try:
                 with st.step:
                     self.observe.end_if_done(job_id)

@@ -151,3 +151,20 @@ def test_an_ended_jobs_last_window_is_explained_from_the_store(tmp_path: Path) -
     rep = svc.attribution(job_id)
     assert rep.window_id == window.window_id and rep.notes[0].startswith("the job has ended (exited, exit 0)")
     assert [c.name for c in rep.causes]
+
+
+def test_a_job_whose_exit_came_while_the_reaper_looked_is_not_lost(tmp_path: Path) -> None:
+    """Review 2026-12-03: the reaper read the job list, the launcher's exit report came, and the job
+    (over an hour old, untracked by then) was marked lost over its clean exit."""
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("r", ("prog",), "/", os.getuid(), os.getgid()))
+    stale = svc.jobs.get(view.job.id)  # as the reaper listed it
+    svc.report_exit(view.job.id, 0)
+    listed = svc.jobs.list
+    svc.jobs.list = lambda include_exited=False, scheduler_job_id="": [stale]  # type: ignore[method-assign]
+    try:
+        assert svc.reap(view.job.created_ns + int((EXPIRE_UNSTARTED_S + 1) * 1e9)) == []
+    finally:
+        svc.jobs.list = listed  # type: ignore[method-assign]
+    job = svc.jobs.get(view.job.id)
+    assert job.state == "exited" and job.exit_code == 0

@@ -217,6 +217,7 @@ def test_a_process_is_observed_in_one_stretch_then_its_cupti_detached_once(
     svc.loop.run_window(view.job.id)  # the last one the observation needs
     assert ended == [view.job.id] and jc.windows == c.session_windows
     assert not svc.capture.observable(view.job.id)
+    assert svc.jobs.get(view.job.id).phase == "observed"  # written when it happened, not at a view
     submitted.clear()
     jc.next_due_mono = 0.0
     svc.duty_cycle()  # due, but its process's observation has ended: no window

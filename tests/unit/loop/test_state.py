@@ -43,3 +43,27 @@ def test_a_launch_trials_run_and_a_known_job_say_so(tmp_path: Path) -> None:
     other, _ = svc.register_job(Registration("k", ("prog2",), "/", os.getuid(), os.getgid()))
     svc.states.of(other.job.id).policy_id = 5  # launched with its workload's validated policy
     assert svc.get_job(other.job.id).job.phase == Phase.KNOWN
+
+
+def test_nothing_brings_an_ended_jobs_state_back(tmp_path: Path) -> None:
+    """Review of the loop's move (2026-12-03): a live trial finishing after its job ended, a
+    window-free policy tick, or `explain` on the ended job each re-created its state for good (a
+    daemon that runs for months). A job gitmd holds no state of reads as a blank one, never kept;
+    and a job registered before this gitmd started keeps the phase it had."""
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("e", ("prog",), "/", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    svc.states.of(job_id).experiment = threading.Event()  # a live trial running
+    svc.report_exit(job_id, 0)
+    assert svc.states.get(job_id) is None
+    st = svc.states.of(job_id)  # what the trial's end, a tick or explain read
+    st.experiment = None
+    svc.loop.known.apply(job_id, window_free=True)
+    svc.loop.choose.launch(job_id)
+    svc.loop.observe.end_if_done(job_id)
+    assert svc.states.get(job_id) is None
+    # a job of an earlier gitmd (no state here): its stored phase is not overwritten by a view
+    other, _ = svc.register_job(Registration("o", ("prog",), "/", os.getuid(), os.getgid()))
+    svc.jobs.set_phase(other.job.id, "trial run")
+    svc.states.drop(other.job.id)
+    assert svc.get_job(other.job.id).job.phase == "trial run"
