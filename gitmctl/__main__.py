@@ -48,6 +48,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     for verb in VERBS:
         verb.register(sub, common)
         handlers[verb.NAME] = verb
+        for other in getattr(verb, "ALSO", ()):  # a module with a second verb (pause / resume)
+            handlers[other] = verb
     return p, handlers
 
 

@@ -38,6 +38,7 @@ from gitmd.loop.views import JobEvent, JobView
 from gitmd.store.audit import Audit
 from gitmd.store.crashes import SuspectCrashes
 from gitmd.store.library import Library, Policy, Workload
+from gitmd.store.pause import PauseState
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
 from gitmd.telemetry.sampler import Sampler
@@ -67,6 +68,7 @@ class Status:
     sample_field_errors: int
     config: dict[str, str]
     pid: int
+    pause: PauseState
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class Service:
             sample_field_errors=self.sampler.stats.field_errors,
             config=self.config.summary(),
             pid=os.getpid(),
+            pause=self.loop.d.pause.state,
         )
 
     def gpus(self) -> list[GpuInfo]:
@@ -157,6 +160,13 @@ class Service:
     def watch_telemetry(self, gpu_index: int | None) -> Watch[GpuSample]:
         self._check_gpu(gpu_index)
         return self.sampler.watch(gpu_index, self.alive)
+
+    def set_pause(self, paused: bool, by: str, reason: str = "") -> PauseState:
+        """`gitmctl pause` / `resume` (loop.Loop.set_pause)."""
+        if len(reason) > 1024 or "\n" in reason:
+            raise InvalidArgumentError("a pause reason is one line of at most 1024 characters")
+        self.loop.set_pause(paused, by, reason)
+        return self.loop.d.pause.state
 
     # -- jobs --------------------------------------------------------------------------------
     def register_job(

@@ -10,6 +10,7 @@ from gitmctl.commands import (
     jobs,
     levers,
     library,
+    pause,
     revert,
     run,
     slurm,
@@ -38,4 +39,5 @@ VERBS = (
     revert,
     tune,
     levers,
+    pause,
 )

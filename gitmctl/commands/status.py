@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from gitmctl import render
 from gitmctl.client import Client, pb
@@ -35,6 +36,11 @@ def run(args: argparse.Namespace, client: Client) -> int:
             f"{st.sample_field_errors} field errors",
         ),
     ]
+    if st.pause.paused:
+        said = f": {st.pause.reason}" if st.pause.reason else ""
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.pause.since_unix_ns / 1e9))
+        rows.insert(1, ("PAUSED", f"by {st.pause.by} since {since}{said} "
+                                  "(no windows or trials; `gitmctl resume`)"))  # fmt: skip
     if args.config:
         rows += [(k, v) for k, v in sorted(st.config.items())]
     render.table(("", ""), rows)

@@ -20,6 +20,7 @@ from gitmd.levers.describe import LeverInfo
 from gitmd.service import JobView, Status
 from gitmd.store.audit import AuditEntry
 from gitmd.store.library import Policy, Workload
+from gitmd.store.pause import PauseState
 from gitmd.telemetry.backend import BYTE_METRICS, FLOAT_METRICS, GpuInfo, GpuSample
 
 _OPTIONAL_SAMPLE_FIELDS = (*FLOAT_METRICS, *BYTE_METRICS)
@@ -49,7 +50,12 @@ def status_to_pb(s: Status) -> Any:
         sample_field_errors=s.sample_field_errors,
         config=s.config,
         pid=s.pid,
+        pause=pause_to_pb(s.pause),
     )
+
+
+def pause_to_pb(p: PauseState) -> Any:
+    return pb.PauseState(paused=p.paused, by=p.by, reason=p.reason, since_unix_ns=p.since_ns)
 
 
 def gpu_to_pb(g: GpuInfo) -> Any:

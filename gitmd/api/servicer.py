@@ -116,6 +116,16 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         return convert.status_to_pb(self.svc.status())
 
     @_rpc
+    def SetPause(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        state = self._library_change(
+            caller,
+            "SetPause",
+            "pause" if request.paused else "resume",
+            lambda: self.svc.set_pause(request.paused, caller.name, request.reason),
+        )
+        return convert.pause_to_pb(state)
+
+    @_rpc
     def ListGpus(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         return pb.ListGpusResponse(
             gpus=[convert.gpu_to_pb(g) for g in self.svc.gpus()],

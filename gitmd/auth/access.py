@@ -55,6 +55,7 @@ RPC_NEEDS: dict[str, Need] = {
     "GetWorkload": Need.READ,
     "ExportLibrary": Need.READ,
     "PinPolicy": Need.ADMIN,
+    "SetPause": Need.ADMIN,
     "UnpinPolicy": Need.ADMIN,
     "RevertPolicy": Need.ADMIN,
     "ImportLibrary": Need.ADMIN,

@@ -56,16 +56,30 @@ class Loop:
         if self.d.capture is None:
             return
         now = time.monotonic()
+        paused = self.d.pause.on  # gitmctl pause: no window; known policies still apply
         for job_id in self.d.capture.job_ids():
             if not self.observe.ready(job_id, now):
                 continue
             if self.known.window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
                 self.pool.submit(functools.partial(self.known.apply, window_free=True), job_id)
-            if self.observe.wants_window(job_id):
+            if not paused and self.observe.wants_window(job_id):
                 self.pool.submit(self.run_window, job_id)
+
+    def set_pause(self, paused: bool, by: str, reason: str = "") -> None:
+        """`gitmctl pause`: no capture window and no new trial from now on, and the live trials
+        running are stopped (their changes reverted); policies still apply at launch and stay in
+        force. `gitmctl resume` undoes it. Kept across restarts."""
+        self.d.pause.set(paused, by, reason)
+        if paused:
+            for job_id in self.d.capture.job_ids() if self.d.capture is not None else []:
+                st = self.d.states.get(job_id)
+                if st is not None and st.experiment is not None:
+                    self.trials.end_live(job_id, f"gitmd paused by {by}")
 
     def run_window(self, job_id: str) -> None:
         """The loop, once per observation window of a running job."""
+        if self.d.pause.on:
+            return  # paused meanwhile (gitmctl pause)
         got = self.observe.window(job_id)  # observe: a capture window, its steps, its workload
         if got is None:
             return

@@ -49,7 +49,7 @@ class Choose:
         the job allows exploration, run one live trial (one per job at a time)."""
         d = self.d
         cfg = d.config.experiments
-        if not cfg.enabled or d.capture is None or not d.alive.is_set():
+        if not cfg.enabled or d.capture is None or not d.alive.is_set() or d.pause.on:
             return
         st = d.states.of(job_id)
         with d.states.exp_lock:
@@ -91,7 +91,7 @@ class Choose:
         d = self.d
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
-        if job.state not in ("registered", "running"):
+        if job.state not in ("registered", "running") or d.pause.on:
             return  # ended: its kept report is for explain, not for planning (review 2026-12-03)
         if not cfg.enabled or not job.workload_id or not self.explorable(job):
             return

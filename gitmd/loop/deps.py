@@ -18,6 +18,7 @@ from gitmd.loop.state import States
 from gitmd.loop.views import JobEvent
 from gitmd.store.crashes import SuspectCrashes
 from gitmd.store.library import Library
+from gitmd.store.pause import Pause
 from gitmd.store.reports import JobReports
 from gitmd.telemetry.backend import GpuInfo, TelemetryBackend
 
@@ -40,9 +41,11 @@ class Deps:
     job_events: Hub[JobEvent] = field(default_factory=Hub)
     states: States = field(default_factory=States)
     reports: JobReports = field(init=False)  # ended jobs' last attribution reports
+    pause: Pause = field(init=False)  # `gitmctl pause`: no window, no trial; policies still apply
 
     def __post_init__(self) -> None:
         self.reports = JobReports(self.jobs.store)
+        self.pause = Pause(self.jobs.store)
 
     def gpu_model(self) -> str:
         return self.gpus[0].name if self.gpus else ""

@@ -158,7 +158,7 @@ class Trials:
     def arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
         """A launch trial of the workload runs: this launch is its next run, arm A or B."""
         d = self.d
-        if d.launch_trials.running(workload_id) is None:
+        if d.pause.on or d.launch_trials.running(workload_id) is None:
             return plan  # the common case, read only: no write transaction per registration
         got = d.launch_trials.assign(workload_id, job.id, job.uid)
         if got is None:

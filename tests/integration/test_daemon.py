@@ -277,3 +277,18 @@ def test_one_users_open_streams_never_starve_gitmd(daemon: Daemon) -> None:
         for w in watchers:
             w.kill()
             w.wait()
+
+
+def test_pause_and_resume_through_the_cli(daemon: Daemon) -> None:
+    """`gitmctl pause` (admin): said by `status`, kept in the audit; `resume` undoes it."""
+    r = ctl(daemon.socket, "pause", "--reason", "driver upgrade")
+    assert "gitmd paused by" in r.stdout and "driver upgrade" in r.stdout
+    assert "PAUSED" in ctl(daemon.socket, "status").stdout
+    st = ctl_json(daemon.socket, "status")
+    assert st["pause"]["paused"] and st["pause"]["reason"] == "driver upgrade"
+    r = ctl(daemon.socket, "pause", "--reason", "two\nlines", check=False)
+    assert r.returncode == 2 and "one line" in r.stderr
+    assert "gitmd resumed by" in ctl(daemon.socket, "resume").stdout
+    assert "PAUSED" not in ctl(daemon.socket, "status").stdout
+    audit = ctl_json(daemon.socket, "audit", "--limit", "20")["entries"]
+    assert [e["target"] for e in audit if e["action"] == "SetPause"][:2] == ["resume", "pause"]

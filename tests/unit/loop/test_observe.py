@@ -313,3 +313,36 @@ def test_kept_windows_are_the_newest_of_each_job_and_never_break_the_loop(
     (state / "windows" / "j3").write_text("a file where the job's directory would go")
     svc.loop.observe.keep_window(dataclasses.replace(w, job_id="j3", window_id=5))  # logged, not raised
     assert "window 5 of job j3 not kept" in caplog.text
+
+
+def test_paused_gitmd_takes_no_window_and_starts_no_trial_but_keeps_policies(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """Hardening issue, item 13 (`gitmctl pause`, like `tuned-adm off`): no capture window and no
+    new trial while paused, a running live trial stopped (its changes reverted), the state kept
+    across restarts; `resume` undoes it."""
+    import threading
+
+    from gitmd.store.pause import Pause
+
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job(Registration("p", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    st = svc.states.of(view.job.id)
+    st.settling = False
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    running = threading.Event()
+    st.experiment = running  # a live trial under way
+    got = svc.set_pause(True, "uid 0 (root)", "maintenance")
+    assert got.paused and got.reason == "maintenance" and running.is_set()  # the trial was stopped
+    st.experiment = None
+    svc.duty_cycle()
+    assert submitted == []  # no window while paused
+    svc.loop.choose.live(view.job.id)
+    assert st.experiment is None
+    assert Pause(svc.jobs.store).on  # a restarted gitmd reads it back
+    assert svc.status().pause.paused and svc.status().pause.by == "uid 0 (root)"
+    svc.set_pause(False, "uid 0 (root)")
+    svc.duty_cycle()
+    assert submitted == [view.job.id] and not Pause(svc.jobs.store).on
