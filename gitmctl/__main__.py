@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             client.close()
     except ClientError as e:
         print(f"gitmctl: {e}", file=sys.stderr)
+        if args.json:  # a script reading stdout gets the error as JSON too
+            print(json.dumps({"error": str(e), "exit_code": e.exit_code}))
         return 0 if args.verb == "slurm" else e.exit_code  # never fail a scheduler's job
     except BrokenPipeError:
         return 0

@@ -65,6 +65,11 @@ def duration_h(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
-def clock_h(ts_ns: int) -> str:
+def clock_h(ts_ns: int, now_s: float | None = None) -> str:
+    """Local time of day, with the date in front when it is not today (a job listed days later said
+    only "14:02:11": hardening issue, item 11)."""
     t = ts_ns / 1e9
-    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
+    local, today = time.localtime(t), time.localtime(now_s)
+    same_day = (local.tm_year, local.tm_yday) == (today.tm_year, today.tm_yday)
+    day = "" if same_day else time.strftime("%Y-%m-%d ", local)
+    return day + time.strftime("%H:%M:%S", local) + f".{int((t % 1) * 1000):03d}"

@@ -33,3 +33,20 @@ def launch_key(command: list[str], cwd: str) -> str:
                 return "python " + _absolute(cwd, a)
         return f"python {exe}"
     return _absolute(cwd, command[0]) if "/" in command[0] else command[0]
+
+
+def default_name(command: list[str]) -> str:
+    """A job's name when none is given: the script for python and its launchers (`train` for
+    `python3 train.py`, the module for `-m`), else the executable's basename. Every Python job was
+    named `python3` before (hardening issue, item 11)."""
+    if not command:
+        return ""
+    exe = os.path.basename(command[0])
+    if _PYTHON.match(exe) or exe in _LAUNCHERS:
+        args = command[1:]
+        for i, a in enumerate(args):
+            if a == "-m" and i + 1 < len(args):
+                return args[i + 1]
+            if a.endswith(".py") and not a.startswith("-"):
+                return os.path.basename(a)[: -len(".py")] or exe
+    return exe

@@ -22,7 +22,7 @@ from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
-from gitmd.jobs.launch_key import launch_key
+from gitmd.jobs.launch_key import default_name, launch_key
 from gitmd.store import audit
 from gitmd.store.db import Store
 
@@ -31,6 +31,8 @@ MAX_CWD = 4096  # PATH_MAX
 MAX_COMMAND_ARGS = 4096
 MAX_COMMAND_BYTES = 1 << 20
 _NAME_OK = re.compile(r"^[\w.\-:@+/ ]*$")
+_ID_PREFIX = re.compile(r"[0-9a-f]{4,11}")  # job ids are 12 hex digits
+_NAME_BAD = re.compile(r"[^\w.\-:@+/ ]")
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ class JobRegistry:
         key = key or launch_key(command, cwd)
         workload_id = resolve(key) if resolve else ""
         job_id = uuid.uuid4().hex[:12]
-        name = name or (Path(command[0]).name if command else job_id)
+        name = name or _NAME_BAD.sub("_", default_name(command))[:MAX_NAME] or job_id
         warnings: list[str] = []
         job_dir = shim = None
         if capture:
@@ -245,6 +247,8 @@ class JobRegistry:
         db.conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({', '.join(':' + c for c in row)})", row)
 
     def get(self, id_or_name: str) -> Job:
+        """A job by its id, its name (the latest job of that name), or a unique prefix of its id
+        (at least 4 characters, as `git` takes commits)."""
         with self.store.reading() as db:
             rows = list(db.query("SELECT * FROM jobs WHERE id = ?", [id_or_name]))
             if not rows:
@@ -253,6 +257,10 @@ class JobRegistry:
                         "SELECT * FROM jobs WHERE name = ? ORDER BY created_ns DESC LIMIT 1", [id_or_name]
                     )
                 )
+            if not rows and _ID_PREFIX.fullmatch(id_or_name):
+                rows = list(db.query("SELECT * FROM jobs WHERE id LIKE ? LIMIT 2", [id_or_name + "%"]))
+                if len(rows) > 1:
+                    raise InvalidArgumentError(f"job id prefix {id_or_name!r} is ambiguous: give more of it")
         if not rows:
             raise NotFoundError(f"no job with id or name {id_or_name!r}")
         return _row_to_job(rows[0])

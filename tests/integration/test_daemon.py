@@ -292,3 +292,13 @@ def test_pause_and_resume_through_the_cli(daemon: Daemon) -> None:
     assert "PAUSED" not in ctl(daemon.socket, "status").stdout
     audit = ctl_json(daemon.socket, "audit", "--limit", "20")["entries"]
     assert [e["target"] for e in audit if e["action"] == "SetPause"][:2] == ["resume", "pause"]
+
+
+def test_errors_come_as_json_under_json(daemon: Daemon) -> None:
+    """Hardening issue, item 11: errors were not JSON under --json."""
+    import json
+
+    r = ctl(daemon.socket, "job", "nope", "--json", check=False)
+    assert r.returncode == 4 and "no job" in r.stderr
+    err = json.loads(r.stdout)
+    assert err["exit_code"] == 4 and "no job with id or name 'nope'" in err["error"]

@@ -105,3 +105,23 @@ def test_the_plan_names_the_free_guard_next_to_the_shim_unless_configured_off(
     )
     _, plan = off.register(Registration("z", ("prog",), "", os.getuid(), os.getgid()))
     assert plan.capture and "GITM_GUARD" not in plan.env
+
+
+def test_a_job_is_found_by_a_unique_prefix_of_its_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hardening issue, item 11: no way to address a job by an id prefix (as git takes commits)."""
+    import uuid
+
+    ids = iter(["abcd1234" + "0" * 24, "abcd5678" + "0" * 24, "ef01" + "0" * 28])
+    monkeypatch.setattr("gitmd.jobs.registry.uuid.uuid4", lambda: uuid.UUID(next(ids)))
+    reg = JobRegistry(Store(tmp_path / "g.db"), tmp_path / "run", CaptureConfig())
+    made = [reg.register(Registration("", ("python3", "train.py"), "/", 1000, 1000, capture=False))[0]
+            for _ in range(3)]  # fmt: skip
+    assert [j.id for j in made] == ["abcd12340000", "abcd56780000", "ef0100000000"]
+    assert made[0].name == "train"  # the script, not the interpreter
+    assert reg.get("abcd1").id == "abcd12340000" and reg.get("ef01").id == "ef0100000000"
+    with pytest.raises(InvalidArgumentError, match="ambiguous"):
+        reg.get("abcd")
+    with pytest.raises(NotFoundError):
+        reg.get("ab%_")  # not hex: no pattern reaches the query
+    with pytest.raises(NotFoundError):
+        reg.get("abc")  # under 4 characters: no prefix match
