@@ -33,20 +33,38 @@ class Decoded(records.Decoded):
     hostsrcs: np.ndarray = field(default_factory=_no_hostsrcs)
 
 
+MAX_NAME_CHUNKS = 256  # 48 bytes each: a name of at most 12 KiB
+MAX_PENDING_NAMES = 1024  # names begun and not finished, per process
+MAX_NAMES = 1 << 16  # interned names per process; later ones read "kernel#<id>"
+
+
 class NameTable:
-    """Interned kernel names of one process: chunks reassembled across drains, demangled once."""
+    """Interned kernel names of one process: chunks reassembled across drains, demangled once.
+    Bounded (hardening issue, item 3: fragments that never complete accumulated without end): a
+    name has at most MAX_NAME_CHUNKS chunks, at most MAX_PENDING_NAMES are unfinished at once (the
+    oldest go), and a process interns at most MAX_NAMES."""
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
         self._partial: dict[int, dict[int, bytes]] = {}
+        self.dropped = 0  # name chunks ignored for a bound
 
     def feed(self, recs: np.ndarray) -> None:
         # bytes 16..63 of a NAME record hold a 48-byte chunk of the name
         text = recs.view(np.uint8).reshape(-1, 64)[:, 16:64]
         for i in range(len(recs)):
             name_id = int(recs["correlation_id"][i])
-            parts = self._partial.setdefault(name_id, {})
-            parts[int(recs["device"][i])] = bytes(text[i]).rstrip(b"\0")
+            chunk = int(recs["device"][i])
+            if chunk >= MAX_NAME_CHUNKS or (name_id not in self.names and len(self.names) >= MAX_NAMES):
+                self.dropped += 1
+                continue
+            parts = self._partial.get(name_id)
+            if parts is None:
+                if len(self._partial) >= MAX_PENDING_NAMES:
+                    del self._partial[next(iter(self._partial))]  # the oldest unfinished name
+                    self.dropped += 1
+                parts = self._partial[name_id] = {}
+            parts[chunk] = bytes(text[i]).rstrip(b"\0")
             if recs["flags"][i] & 1:
                 raw = b"".join(parts[k] for k in sorted(parts))
                 self.names[name_id] = demangle(raw.decode("utf-8", "replace"))
@@ -130,10 +148,15 @@ def demangle(name: str) -> str:
         ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
 
 
-def drain_decode(ring: Ring, names: NameTable | None = None, abi: Abi | None = None) -> Decoded:
-    """Decode straight from the mapped ring (the type-sorting gather is the only copy), then give
-    the slots back to the producers."""
-    rows, n = ring.peek()
+MAX_WINDOW_RECORDS = 1 << 21  # records decoded per process per drain: 128 MiB read at most
+
+
+def drain_decode(
+    ring: Ring, names: NameTable | None = None, abi: Abi | None = None, max_records: int = MAX_WINDOW_RECORDS
+) -> Decoded:
+    """Decode the ring's published records (at most ``max_records``: a ring of any size costs
+    bounded memory; the rest stays for the caller to give back), then give their slots back."""
+    rows, n = ring.peek(max_records)
     decoded = decode(rows, abi or ring.abi, names)
     ring.advance(n)
     return decoded

@@ -27,6 +27,7 @@ MAX_RING_FILE_BYTES = 1 << 31  # 2 GiB: the shim caps capacity at 2^24 records (
 STATUS_NAMES = {0: "init", 1: "idle", 2: "capturing", 3: "stepped_aside", 4: "off"}
 
 
+DISCARD_CHUNK = 1 << 16  # records read at once while giving a ring's records back unread
 _MAX_COUNTER = (1 << 63) - (1 << 27)  # head/tail count records; far beyond any real process
 
 
@@ -209,10 +210,15 @@ class Ring:
         self.hdr["tail"] = int(self.hdr["tail"]) + n
 
     def discard(self) -> int:
-        """Give every published record back to the producers unread (no copy); how many."""
-        _, n = self.peek()
-        self.advance(n)
-        return n
+        """Give every published record back to the producers unread; how many. Read a chunk at a
+        time (only to find where publication stops), so a huge ring costs no more memory than one."""
+        total = 0
+        while True:
+            _, n = self.peek(DISCARD_CHUNK)
+            self.advance(n)
+            total += n
+            if n < DISCARD_CHUNK:
+                return total
 
     def drain(self, max_records: int | None = None) -> np.ndarray:
         """Copy the published records from tail on (in order) and advance tail past them."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from gitmd.capture.abi import Abi
 from gitmd.capture.context import ContextSampler, WindowContext
-from gitmd.capture.decode import Decoded, NameTable, drain_decode
+from gitmd.capture.decode import MAX_WINDOW_RECORDS, Decoded, NameTable, drain_decode
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
 from gitmd.jobs.liveness import ProcessWatcher, ring_owner_problem, start_ticks
 from gitmd.records import ProcessWindow, WindowResult
@@ -340,6 +340,10 @@ class CaptureManager:
             for pc in list(live.values()):
                 try:
                     decoded = drain_decode(pc.ring, pc.names, self.abi)
+                    beyond = pc.ring.discard()  # past the cap: given back unread
+                    if beyond:
+                        cap = MAX_WINDOW_RECORDS
+                        notes.append(f"pid {pc.ring.pid}: {beyond} records beyond {cap} dropped")
                     status = pc.ring.status()
                     pairs = _clock_pairs(pc.ring, decoded)
                 except RingError as e:
