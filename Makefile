@@ -9,7 +9,7 @@ PROTO := protos/gitm/v1/gitmd.proto
 GEN_STAMP := $(GEN)/gitm/v1/gitmd_pb2.py
 
 
-.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels bench corpus clean
+.PHONY: all venv proto shim build run test test-unit test-integration lint fmt deb gpu-wheels bench corpus bench-corpus corpus-summary clean
 
 all: build
 
@@ -60,6 +60,16 @@ fmt: venv
 corpus:
 	$(PYTHON) bench/corpus/materialise.py
 	$(PYTHON) bench/corpus/data.py
+
+# The corpus scoreboard on this host's GPU, parts that fit a 10-minute device call:
+#   make bench-corpus PARTS=timm-resnet18-train-fp32,cupy-cg [RUNS=5] [ORACLE=none|a,b]
+# then `make corpus-summary` rebuilds bench/results/corpus-latest.json from every raw file.
+bench-corpus:
+	$(PYTHON) bench/corpus/scoreboard.py --programs "$(PARTS)" --runs "$(or $(RUNS),5)" \
+		--oracle-levers "$(ORACLE)" --out bench/results/$$(date +%Y-%m-%d)-corpus
+
+corpus-summary:
+	$(PYTHON) bench/corpus/summary.py
 
 deb: build
 	bash packaging/deb/build.sh

@@ -61,11 +61,12 @@ class Program:
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
     output: str = ""  # regex over stdout: the numbers that must not change ("" : exit status only)
-    clock: str = ""  # regex over stdout: the program's own time per step
+    clock: str = ""  # regex over its stream: the program's own time per step; "wall": the run's wall time
+    clock_stream: str = "stdout"  # where the clock's lines go (timm's train.py logs to stderr)
 
 
-def corpus_programs() -> dict[str, Program]:
-    doc = tomllib.loads((CORPUS / "manifest.toml").read_text())
+def corpus_programs(manifest: Path | None = None, src: Path | None = None) -> dict[str, Program]:
+    doc = tomllib.loads((manifest or CORPUS / "manifest.toml").read_text())
     out = {}
     for e in doc["program"]:
         owner, name = e["repo"].split("/")
@@ -73,10 +74,11 @@ def corpus_programs() -> dict[str, Program]:
         out[e["name"]] = Program(
             e["name"],
             argv,
-            CORPUS / "src" / f"{owner}+{name}",
+            (src or CORPUS / "src") / f"{owner}+{name}",
             dict(e.get("env", {})),
             "" if e.get("output", "exit") == "exit" else e["output"],
             e.get("step_clock", ""),
+            e.get("step_clock_stream", "stdout"),
         )
     return out
 
@@ -107,7 +109,9 @@ def outputs(p: Program, text: str) -> list[str]:
 
 
 def clock(p: Program, text: str) -> float | None:
-    xs = [float(x) for x in re.findall(p.clock, text, re.MULTILINE)] if p.clock else []
+    """The program's own time per step from its log lines (median), None when it printed none (or
+    its clock is the run's wall time, "wall")."""
+    xs = [float(x) for x in re.findall(p.clock, text, re.MULTILINE)] if p.clock and p.clock != "wall" else []
     return statistics.median(xs) if xs else None
 
 
@@ -132,8 +136,9 @@ def run_once(p: Program, argv_prefix: list[str], log: Path, timeout_s: float) ->
         "exit": code,
         "wall_s": round(time.monotonic() - t0, 2),
         "out": outputs(p, out),
-        "clock": clock(p, out),
+        "clock": clock(p, err if p.clock_stream == "stderr" else out),
         "stderr_tail": err[-1500:] if code else "",
+        "notes": [x for x in err.splitlines() if x.startswith("gitmctl run: ")][:10],  # trial arm, policy
     }
 
 

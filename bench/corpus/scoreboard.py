@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The corpus scoreboard (issue 26, item 3): per program, an oracle measured without gitmd, then
+gitmd from an empty library for K recurring runs of the unmodified command through `gitmctl run`
+with no flags, each beside a plain run (their order alternating), judged by the program's own clock.
+
+    python3 bench/corpus/scoreboard.py --programs timm-resnet18-train-fp32,cupy-cg --runs 5 \\
+        --out bench/results/2026-12-04-corpus-h200
+
+Per program it writes `<out>/corpus-<program>.json` (the raw file: every run, its clock, its
+outputs against the plain run beside it, what gitmctl said: trial arm, policy at launch), and
+prints a table. `bench/corpus/summary.py` rebuilds `bench/results/corpus-latest.json` from every
+raw file. A figure that was not measured is null, never an estimate.
+
+- **oracle**: each launch lever of gitmd's catalog (`ListLevers`, its default setting, the
+  environment it produces) against plain runs, `--oracle-pairs` AB/BA pairs each; the best lever
+  whose outputs held. `--oracle-levers none` skips it; `a,b` names the levers.
+- **runs**: run i is a pair, plain and gitmd, in alternating order; its ratio is plain time over
+  gitmd time by the program's clock (its log line, or the run's wall time where its clock is
+  "wall"), >1 faster. Its cost is how much slower it was (0 when faster). The first run whose
+  launch got a validated policy is `first_policy_run`; the median ratio from then on is the
+  delivered speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.crash_soak import PY, Program, corpus_programs, run_once  # noqa: E402
+from bench.harness import Gitmd  # noqa: E402
+from gitmd.api.pb import pb  # noqa: E402
+
+CORPUS = ROOT / "bench" / "corpus"
+CONFIG = """
+[telemetry]
+backend = "{backend}"
+[metrics]
+port = 0
+"""
+POLICY_NOTE = "launching with its validated policy"
+
+
+def seconds(p: Program, r: dict[str, Any]) -> float | None:
+    """The run's time by the program's own clock: its step time, or its wall time for "wall"."""
+    if r.get("exit") != 0:
+        return None
+    if p.clock and p.clock != "wall":
+        return r.get("clock")
+    return float(r["wall_s"])
+
+
+def ratio(plain: float | None, treated: float | None) -> float | None:
+    return round(plain / treated, 4) if plain and treated else None
+
+
+def oracle(p: Program, g: Gitmd, levers: list[str] | None, pairs: int, logs: Path, timeout_s: float) -> dict:
+    if levers == []:
+        return {"measured": False, "levers": {}}
+    catalog = g.stub().ListLevers(pb.ListLeversRequest(), timeout=30).levers
+    launch = {lv.name: dict(lv.env) for lv in catalog if lv.launch and lv.env}
+    chosen = [n for n in (levers or sorted(launch)) if n in launch]
+    out: dict[str, Any] = {}
+    for name in chosen:
+        env = launch[name]
+        treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
+        ratios, held = [], True
+        for i in range(pairs):
+            order = ("plain", "lever") if i % 2 == 0 else ("lever", "plain")
+            got = {}
+            log = logs / f"{p.name}-oracle.log"
+            for arm in order:
+                got[arm] = run_once(p if arm == "plain" else treated, [], log, timeout_s)
+            a, b = got["plain"], got["lever"]
+            held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
+            ratios.append(ratio(seconds(p, got["plain"]), seconds(treated, got["lever"])))
+        ok = [x for x in ratios if x is not None]
+        out[name] = {"env": env, "ratios": ratios, "speedup": statistics.median(ok) if ok else None,
+                     "outputs_held": held}  # fmt: skip
+    best = max(
+        (n for n, v in out.items() if v["outputs_held"] and v["speedup"] is not None),
+        key=lambda n: out[n]["speedup"],
+        default=None,
+    )
+    top = out[best]["speedup"] if best else None
+    return {"measured": True, "levers": out, "best": best, "best_speedup": top}
+
+
+def gitmd_runs(p: Program, g: Gitmd, runs: int, logs: Path, timeout_s: float) -> list[dict]:
+    ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "--name", f"corpus-{p.name}", "--"]
+    out = []
+    for i in range(runs):
+        order = ("plain", "gitmd") if i % 2 == 0 else ("gitmd", "plain")
+        got = {}
+        for arm in order:
+            got[arm] = run_once(p, [] if arm == "plain" else ctl, logs / f"{p.name}.log", timeout_s)
+        plain, mine = got["plain"], got["gitmd"]
+        r = ratio(seconds(p, plain), seconds(p, mine))
+        out.append(
+            {
+                "run": i + 1,
+                "order": list(order),
+                "plain": {k: plain[k] for k in ("exit", "wall_s", "clock")},
+                "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "notes")},
+                "ratio": r,
+                "cost": None if r is None else round(max(0.0, 1 / r - 1), 4),
+                "violation": mine["exit"] != plain["exit"] or mine["out"] != plain["out"],
+                "policy_at_launch": any(POLICY_NOTE in n for n in mine["notes"]),
+                "trial_arm": next((n for n in mine["notes"] if "launch trial" in n), ""),
+            }
+        )
+        print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
+    return out
+
+
+def summarise(runs: list[dict]) -> dict[str, Any]:
+    first = next((r["run"] for r in runs if r["policy_at_launch"]), None)
+    after = [r["ratio"] for r in runs if first is not None and r["run"] >= first and r["ratio"] is not None]
+    costs = [r["cost"] for r in runs if r["cost"] is not None]
+    return {
+        "first_policy_run": first,
+        "delivered_speedup": statistics.median(after) if after else None,
+        "worst_run_cost": max(costs) if costs else None,
+        "median_run_cost": statistics.median(costs) if costs else None,
+        "violations": sum(1 for r in runs if r["violation"]),
+    }
+
+
+def commit() -> str:
+    git = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+    r = subprocess.run(git, capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--programs", required=True, help="names in the manifest, comma-separated")
+    ap.add_argument("--runs", type=int, default=5, help="recurring runs through gitmd (K)")
+    ap.add_argument("--oracle-pairs", type=int, default=3)
+    ap.add_argument("--oracle-levers", default="", help="'none', or levers a,b (default: every launch lever)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--manifest", type=Path, default=CORPUS / "manifest.toml")
+    ap.add_argument("--src", type=Path, default=CORPUS / "src", help="the materialised sources")
+    ap.add_argument("--backend", default="nvml")
+    ap.add_argument("--timeout-s", type=float, default=300)
+    a = ap.parse_args(argv)
+    known = corpus_programs(a.manifest, a.src)
+    names = [n for n in a.programs.split(",") if n]
+    bad = [n for n in names if n not in known]
+    if bad:
+        ap.error(f"unknown program(s) {bad}; known: {sorted(known)}")
+    missing = [n for n in names if not known[n].cwd.exists()]
+    if missing:
+        ap.error(f"not materialised: {missing} (make corpus)")
+    meta = {e["name"]: e for e in tomllib.loads(a.manifest.read_text())["program"]}
+    split_file = a.manifest.parent / "split.toml"
+    halves = tomllib.loads(split_file.read_text()).get("program", {}) if split_file.exists() else {}
+    levers = [] if a.oracle_levers == "none" else [x for x in a.oracle_levers.split(",") if x] or None
+    a.out.mkdir(parents=True, exist_ok=True)
+    logs = a.out / "logs"
+    logs.mkdir(exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="gitm-corpus-"))
+    head = "program | half | oracle best | first policy run | delivered | worst cost | median cost"
+    head += " | violations"
+    print(f"| {head} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in names:
+        p = known[name]
+        g = Gitmd(base / name, CONFIG.format(backend=a.backend))  # an empty library per program
+        g.start()
+        try:
+            orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s)
+            runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s)
+        finally:
+            g.stop()
+        s = summarise(runs)
+        doc = {
+            "program": name,
+            "repo": meta[name]["repo"],
+            "half": halves.get(name, "unsplit"),
+            "measured_at": {"date": datetime.date.today().isoformat(), "gitmd_commit": commit()},
+            "argv": sys.argv,
+            "clock": p.clock or "wall",
+            "oracle": orc,
+            "runs": runs,
+            "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
+        }
+        (a.out / f"corpus-{name}.json").write_text(json.dumps(doc, indent=1))
+        best = f"{orc.get('best')} {orc.get('best_speedup')}" if orc["measured"] else "not measured"
+        first = "none" if s["first_policy_run"] is None else str(s["first_policy_run"])
+        cells = [name, doc["half"], best, first, s["delivered_speedup"], s["worst_run_cost"],
+                 s["median_run_cost"], s["violations"]]  # fmt: skip
+        print("| " + " | ".join("not measured" if c is None else str(c) for c in cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

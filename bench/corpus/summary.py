@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Rebuild bench/results/corpus-latest.json from every raw corpus file under bench/results
+(`corpus-<program>.json`, written by bench/corpus/scoreboard.py): per program its latest
+measurement. Nothing is estimated: a figure its raw file does not hold is null. Programs of the
+manifest never measured are listed with `measured_at` null.
+
+    python3 bench/corpus/summary.py [--results bench/results] [--out bench/results/corpus-latest.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "bench" / "corpus"
+FIELDS = ("oracle_speedup", "first_policy_run", "delivered_speedup", "worst_run_cost", "median_run_cost",
+          "violations")  # fmt: skip
+
+
+def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
+    programs = tomllib.loads(manifest.read_text())["program"]
+    split = manifest.parent / "split.toml"
+    halves = tomllib.loads(split.read_text()).get("program", {}) if split.exists() else {}
+    latest: dict[str, tuple[tuple[str, str], dict[str, Any], str]] = {}
+    for f in sorted(results.rglob("corpus-*.json")):
+        if f.name == "corpus-latest.json":
+            continue
+        doc = json.loads(f.read_text())
+        when = (doc["measured_at"]["date"], str(f))
+        if doc["program"] not in latest or when > latest[doc["program"]][0]:
+            latest[doc["program"]] = (when, doc, str(f.relative_to(results.parent)))
+    out = []
+    for e in programs:
+        name = e["name"]
+        row: dict[str, Any] = {"name": name, "repo": e["repo"], "half": halves.get(name, "unsplit")}
+        if name in latest:
+            _, doc, raw = latest[name]
+            row.update({k: doc["summary"].get(k) for k in FIELDS})
+            row["measured_at"] = doc["measured_at"]
+            row["raw"] = raw
+        else:
+            row.update({k: None for k in FIELDS})
+            row["measured_at"] = None
+            row["raw"] = None
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--manifest", type=Path, default=CORPUS / "manifest.toml")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    rows = build(a.results, a.manifest)
+    out = a.out or a.results / "corpus-latest.json"
+    out.write_text(json.dumps({"programs": rows}, indent=1) + "\n")
+    measured = sum(1 for r in rows if r["measured_at"])
+    print(f"wrote {out}: {len(rows)} programs, {measured} measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
