@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gitmd: configuration error: {e}", file=sys.stderr)
         return 2
     if args.check_config:
-        for key, value in sorted(cfg.summary().items()):
-            print(f"{key} = {value}")
+        print(cfg.toml(), end="")  # valid TOML: gitmd reads it back unchanged
         return 0
     logs.setup(cfg.daemon.log_level)
     from gitmd.daemon import Daemon

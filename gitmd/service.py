@@ -69,6 +69,7 @@ class Status:
     config: dict[str, str]
     pid: int
     pause: PauseState
+    config_toml: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class Service:
             config=self.config.summary(),
             pid=os.getpid(),
             pause=self.loop.d.pause.state,
+            config_toml=self.config.toml(),
         )
 
     def gpus(self) -> list[GpuInfo]:

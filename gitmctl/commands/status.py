@@ -13,7 +13,7 @@ NAME = "status"
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(NAME, parents=[common], help="daemon version, uptime, backend and configuration")
-    p.add_argument("--config", action="store_true", help="also list every effective setting")
+    p.add_argument("--config", action="store_true", help="print the effective configuration (TOML)")
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
@@ -41,7 +41,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.pause.since_unix_ns / 1e9))
         rows.insert(1, ("PAUSED", f"by {st.pause.by} since {since}{said} "
                                   "(no windows or trials; `gitmctl resume`)"))  # fmt: skip
-    if args.config:
-        rows += [(k, v) for k, v in sorted(st.config.items())]
+    if args.config:  # a TOML file gitmd reads back unchanged, nothing else on stdout
+        print(st.config_toml, end="")
+        return 0
     render.table(("", ""), rows)
     return 0

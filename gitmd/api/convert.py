@@ -51,6 +51,7 @@ def status_to_pb(s: Status) -> Any:
         config=s.config,
         pid=s.pid,
         pause=pause_to_pb(s.pause),
+        config_toml=s.config_toml,
     )
 
 

@@ -6,8 +6,11 @@ What each setting means is said beside it; gitmd.config.checks says what values 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BACKENDS = ("auto", "nvml", "rocm", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -226,6 +229,30 @@ class Config:
         out["config.source"] = str(self.source) if self.source else "(built-in defaults)"
         return out
 
+    def toml(self) -> str:
+        """The effective configuration as a TOML file gitmd reads back unchanged (`gitmd
+        --check-config`, `gitmctl status --config`: hardening issue, item 11, they printed
+        "key = value" lines that were not TOML). A setting left unset is a comment; the
+        simulated backend's episodes and processes are not written."""
+        lines = [f"# gitmd's effective configuration ({self.source or 'built-in defaults'})"]
+        for name in ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote", "sim"):
+            section = getattr(self, name)
+            lines.append(f"\n[{name}]")
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                if value is None:
+                    lines.append(f"# {f.name}: not set (its default applies)")
+                elif name == "sim" and f.name in ("throttle_episodes", "processes"):
+                    continue
+                elif name == "daemon" and f.name == "socket_mode":
+                    lines.append(f'{f.name} = "{value:04o}"')
+                elif name == "remote" and f.name == "subjects":
+                    pairs = ", ".join(f"{_toml(cn)} = {_toml(role)}" for cn, role in value)
+                    lines.append(f"{f.name} = {{ {pairs} }}")
+                else:
+                    lines.append(f"{f.name} = {_toml(value)}")
+        return "\n".join(lines) + "\n"
+
     @property
     def auth_socket_path(self) -> Path:
         if self.access.auth_socket is not None:
@@ -241,3 +268,14 @@ class Config:
         )
         access = dataclasses.replace(self.access, auth_socket=None)
         return dataclasses.replace(self, daemon=daemon, access=access)
+
+
+def _toml(v: Any) -> str:
+    """A TOML value: booleans, numbers, strings (paths too) and arrays of them."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(str(v))

@@ -302,3 +302,21 @@ def test_errors_come_as_json_under_json(daemon: Daemon) -> None:
     assert r.returncode == 4 and "no job" in r.stderr
     err = json.loads(r.stdout)
     assert err["exit_code"] == 4 and "no job with id or name 'nope'" in err["error"]
+
+
+def test_status_config_is_toml_gitmd_reads_back(daemon: Daemon, short_tmp: Path) -> None:
+    """Hardening issue, item 11: `status --config` printed lines that were not TOML."""
+    import tomllib
+
+    text = ctl(daemon.socket, "status", "--config").stdout
+    doc = tomllib.loads(text)
+    assert doc["telemetry"]["backend"] == "sim" and doc["daemon"]["socket_mode"]
+    saved = short_tmp / "effective.toml"
+    saved.write_text(text)
+    r = subprocess.run(
+        [*command("gitmd"), "--check-config", "--config", str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and tomllib.loads(r.stdout)["telemetry"] == doc["telemetry"], r.stderr

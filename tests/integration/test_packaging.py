@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_installed_tools_run_from_a_throwaway_root(deb: Path, short_tmp: Path) -
         env=env,
         timeout=60,
     )
-    assert r.returncode == 0 and "telemetry.backend = auto" in r.stdout, r.stderr
+    assert r.returncode == 0 and tomllib.loads(r.stdout)["telemetry"]["backend"] == "auto", r.stderr
     # The installed daemon serves, and the installed CLI talks to it.
     prefix = short_tmp / "v"
     proc = subprocess.Popen(

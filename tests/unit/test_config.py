@@ -118,3 +118,33 @@ def test_access_and_remote_sections() -> None:
 def test_bad_access_settings(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse(text)
+
+
+def test_the_effective_configuration_is_a_toml_file_gitmd_reads_back() -> None:
+    """Hardening issue, item 11: `gitmd --check-config` and `gitmctl status --config` printed
+    "key = value" lines that were not TOML."""
+    import dataclasses
+    import tomllib
+    from pathlib import Path
+
+    from gitmd.config import Config, load, parse
+
+    root = Path(__file__).resolve().parents[2]
+    text = """
+[daemon]
+socket_mode = "0660"
+keep_days = 0
+[remote]
+listen = "0.0.0.0:9443"
+cert = "/etc/gitmd/tls/server.pem"
+key = "/etc/gitmd/tls/server.key"
+client_ca = "/etc/gitmd/tls/ca.pem"
+subjects = { "slurm-ctl" = "scheduler", "ops \\"night\\"" = "reader" }
+[experiments]
+live_levers = ["cpu_affinity"]
+"""
+    for cfg in (Config(), load(root / "packaging" / "gitmd.toml"), parse(text, Path("t.toml"))):
+        out = cfg.toml()
+        tomllib.loads(out)  # valid TOML
+        back = parse(out, Path("back.toml"))
+        assert dataclasses.replace(back, source=cfg.source) == cfg
