@@ -8,6 +8,7 @@ Granger tests that support them, and the lever classes each cause selects."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,44 @@ def capture(args: argparse.Namespace, client: Client) -> int:
             raise
         print(f"gitmctl explain: {e}", file=sys.stderr)  # the file is no capture file gitmd can read
         return 2
-    return show(args, report, f"capture {args.capture}")
+    code = show(args, report, f"capture {args.capture}")
+    if not args.json:
+        for line in consent(client, report, None):
+            print(line)
+    return code
+
+
+NUMERIC_CHECKS = ("stdout_metric", "output_file")
+
+
+def consent(client: Client, a: Any, job: Any) -> list[str]:
+    """For a cause above threshold whose levers change numerics (TF32, cuDNN autotuning), when the
+    job's contract compares no numbers: what the lever may recover and the exact command that lets
+    gitmd try it, outputs checked (convergence issue, item 4: an fp32 cause ranked and TF32, 2.7x
+    on that program, never tried)."""
+    if job is not None and any(c.kind in NUMERIC_CHECKS for c in job.contract.checks):
+        return []  # its numbers are compared: gitmd may try them already
+    try:
+        levers = {lv.name: lv for lv in client.call(client.stub.ListLevers, pb.ListLeversRequest()).levers}
+    except ClientError:
+        return []
+    cmd = shlex.join(job.command) if job is not None and job.command else "CMD ARGS"
+    out: list[str] = []
+    for c in a.causes:
+        if not c.above_threshold:
+            continue
+        for name in c.levers:
+            lv = levers.get(name)
+            if lv is None or lv.risk != "numerics-changing" or not lv.launch:
+                continue
+            most = f", at most {1 / (1 - c.ceiling):.2f}x" if 0 < c.ceiling < 1 else ""
+            out += [
+                f"\nconsent: {name} ({lv.summary}) may recover up to {100 * c.share:.0f}% of the window "
+                f"({c.name}{most}). It changes numerics, so gitmd tries it only on runs whose outputs it "
+                "compares. Let it, with a regex for a number your program prints (its loss):",
+                f"  gitmctl run --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3 -- {cmd}",
+            ]
+    return out
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
@@ -116,6 +154,9 @@ def run(args: argparse.Namespace, client: Client) -> int:
         return 0
     code = show(args, report, f"job {report.job_id}")
     tried(exps)
+    job = client.call(client.stub.GetJob, pb.GetJobRequest(job_id=report.job_id))
+    for line in consent(client, report, job):
+        print(line)
     return code
 
 

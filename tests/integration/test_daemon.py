@@ -320,3 +320,16 @@ def test_status_config_is_toml_gitmd_reads_back(daemon: Daemon, short_tmp: Path)
         timeout=60,
     )
     assert r.returncode == 0 and tomllib.loads(r.stdout)["telemetry"] == doc["telemetry"], r.stderr
+
+
+def test_explain_asks_consent_for_a_numerics_changing_lever(daemon: Daemon) -> None:
+    """Convergence issue, item 4: an fp32 cause was ranked on a job whose contract compared no
+    numbers, and TF32 (2.7x on it) was never tried, nothing said why. explain now says what the
+    lever may recover and the exact command that lets gitmd try it with its outputs checked. The
+    capture is fp32 MLP training on the H200; a capture's own window is explained without a job."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "capture-torch-train.npz"
+    out = ctl(daemon.socket, "explain", "--capture", str(fixture)).stdout
+    assert "consent: tf32_override" in out and "fp32_gemm" in out
+    assert "gitmctl run --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3 -- CMD ARGS" in out
+    safe = Path(__file__).resolve().parents[1] / "fixtures" / "capture-cuda-known-work.npz"
+    assert "consent:" not in ctl(daemon.socket, "explain", "--capture", str(safe)).stdout
