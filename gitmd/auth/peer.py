@@ -15,7 +15,9 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from gitmd.auth.tokens import Peer, TokenAuthority
 from gitmd.errors import StartupError
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_BATCH = 64
+MAX_HANDLERS = 64  # credential exchanges at once; a connection beyond them is closed at once
+DEADLINE_S = 2.0  # one exchange, request to tokens
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -52,11 +56,15 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        sock.settimeout(1.0)
+        deadline = time.monotonic() + DEADLINE_S  # the whole exchange: a byte a second cannot hold it
         try:
             peer = peer_of(sock)
             line = b""
             while not line.endswith(b"\n") and len(line) < 64:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the request took too long")
+                sock.settimeout(left)
                 chunk = sock.recv(64 - len(line))
                 if not chunk:
                     break
@@ -76,10 +84,16 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """Tokens for local callers. Each exchange lasts at most DEADLINE_S and at most MAX_HANDLERS run
+    at once; a connection beyond that is closed at once (hardening issue, item 4: slow clients held
+    a thread each, 2,951 threads, and with TasksMax=1024 gitmd could start none)."""
+
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, path: Path, authority: TokenAuthority) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self.refused = 0  # connections closed because every handler was busy
         self.authority = authority
         self.path = path
         if len(os.fsencode(path)) > 107:
@@ -94,6 +108,23 @@ class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServe
             raise StartupError(f"cannot listen on {path}: {e.strerror}") from e
         os.chmod(path, 0o666)
         self._thread: threading.Thread | None = None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="credentials", daemon=True)

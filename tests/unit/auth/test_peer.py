@@ -60,3 +60,39 @@ def test_source_pools_and_refetches(server: CredentialServer) -> None:
 def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CredentialError, match="no credential socket"):
         fetch_tokens(tmp_path / "nothing.sock")
+
+
+def test_slow_and_idle_clients_cannot_hold_the_credential_socket(server: CredentialServer) -> None:
+    """Hardening issue, item 4: slow clients held a thread each (2,951 threads; with TasksMax=1024
+    gitmd could start none). An exchange lasts at most DEADLINE_S however slowly its bytes come,
+    and at most MAX_HANDLERS run at once: the next connection is closed at once, and tokens flow
+    again as soon as the slow ones are cut."""
+    from gitmd.auth.peer import DEADLINE_S, MAX_HANDLERS
+
+    slow = socket.socket(socket.AF_UNIX)
+    slow.connect(str(server.path))
+    t = time.monotonic()
+    for b in b"TOKENS 1 2 3":  # a byte every 0.5 s (6 s in all): cut at the deadline
+        try:
+            slow.sendall(bytes([b]))
+        except OSError:
+            break
+        time.sleep(0.5)
+    slow.settimeout(5)
+    assert slow.recv(100) == b"" and time.monotonic() - t < DEADLINE_S + 2.5
+    slow.close()
+    idle = []
+    for _ in range(MAX_HANDLERS):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(server.path))
+        idle.append(s)
+    time.sleep(0.3)  # every handler is waiting on one of them
+    with socket.socket(socket.AF_UNIX) as extra:
+        extra.connect(str(server.path))
+        extra.settimeout(1.0)
+        assert extra.recv(100) == b""  # closed at once, no thread for it
+    assert server.refused >= 1
+    time.sleep(DEADLINE_S + 0.5)  # the idle ones are cut
+    for s in idle:
+        s.close()
+    assert len(fetch_tokens(server.path, 1)) == 1
