@@ -262,7 +262,8 @@ class JobRegistry:
                 if len(rows) > 1:
                     raise InvalidArgumentError(f"job id prefix {id_or_name!r} is ambiguous: give more of it")
         if not rows:
-            raise NotFoundError(f"no job with id or name {id_or_name!r}")
+            shown = id_or_name if len(id_or_name) <= 200 else id_or_name[:200] + "..."  # never a 1 MB echo
+            raise NotFoundError(f"no job with id or name {shown!r}")
         return _row_to_job(rows[0])
 
     def list(self, include_exited: bool, scheduler_job_id: str = "") -> list[Job]:

@@ -89,6 +89,8 @@ def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
         raise _fail(where, "must not be a boolean")
     if not isinstance(value, kind):
         raise _fail(where, f"must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+        raise _fail(where, "out of range (a 64-bit integer)")  # 2**70 answered UNKNOWN (item 8)
     return value
 
 
@@ -161,6 +163,8 @@ def validate_document(raw: bytes, allowed_env: frozenset[str] | None = None) -> 
         )
     except (ValueError, UnicodeDecodeError) as e:
         raise _fail("document", f"not JSON ({e})") from None
+    except RecursionError:  # hardening issue, item 8: deeply nested JSON answered UNKNOWN
+        raise _fail("document", "nested too deeply") from None
     _typed(doc, dict, "document")
     if doc.get("format") != FORMAT:
         raise _fail("format", f"must be {FORMAT!r}")

@@ -125,3 +125,11 @@ def test_a_job_is_found_by_a_unique_prefix_of_its_id(tmp_path: Path, monkeypatch
         reg.get("ab%_")  # not hex: no pattern reaches the query
     with pytest.raises(NotFoundError):
         reg.get("abc")  # under 4 characters: no prefix match
+
+
+def test_a_huge_unknown_job_id_is_not_echoed_back_whole(tmp_path: Path) -> None:
+    """Hardening issue, item 8: a 1 MB id came back whole in the error."""
+    reg = JobRegistry(Store(tmp_path / "g.db"), tmp_path / "run", CaptureConfig())
+    with pytest.raises(NotFoundError) as e:
+        reg.get("x" * (1 << 20))
+    assert len(str(e.value)) < 400

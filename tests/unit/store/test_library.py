@@ -233,3 +233,37 @@ def test_names_are_matched_whole_not_up_to_a_trailing_newline() -> None:
 
     with pytest.raises(InvalidArgumentError, match="environment variable name"):
         check_env({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE\n": "1"}, "env")
+
+
+def test_a_deeply_nested_import_is_refused_clearly() -> None:
+    """Hardening issue, item 8: deeply nested JSON made ImportLibrary answer UNKNOWN (a recursion
+    error escaped); it is an invalid document, said so."""
+    import pytest
+
+    from gitmd.errors import InvalidArgumentError
+    from gitmd.store.library_document import validate_document
+
+    with pytest.raises(InvalidArgumentError, match="nested too deeply"):
+        validate_document(b"[" * 100_000 + b"]" * 100_000)
+
+
+def test_an_integer_beyond_64_bits_is_refused_clearly(tmp_path: Path) -> None:
+    """Hardening issue, item 8: created_ns = 2**70 in an import answered UNKNOWN (SQLite could not
+    store it)."""
+    import json
+
+    import pytest
+
+    from gitmd.errors import InvalidArgumentError
+    from gitmd.store.db import Store
+    from gitmd.store.library import Library
+
+    lib = Library(Store(tmp_path / "g.db"))
+    doc = lib.export()
+    doc["workloads"] = [{
+        "id": "00c0ffee0a0a", "name": "w", "signature": {"sequence": ["gemm"], "shares": {"gemm": 1.0}},
+        "first_seen_ns": 1, "last_seen_ns": 2 ** 70, "run_count": 1, "launch_keys": [], "policies": [],
+    }]  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        lib.import_(json.dumps(doc).encode())
+    assert lib.list() == []  # nothing changed
