@@ -37,17 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.crash_soak import PY, Program, corpus_programs, run_once  # noqa: E402
+from bench.crash_soak import CONFIG, CORPUS, PY, Program, corpus_programs, run_once  # noqa: E402
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
 
-CORPUS = ROOT / "bench" / "corpus"
-CONFIG = """
-[telemetry]
-backend = "{backend}"
-[metrics]
-port = 0
-"""
 POLICY_NOTE = "launching with its validated policy"
 
 

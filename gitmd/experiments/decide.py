@@ -102,6 +102,12 @@ def decide(
     )
 
 
+def _pair_speedup(baseline: Sequence[float], treatment: Sequence[float]) -> tuple[list[float], float]:
+    """Each pair's speedup (A time over B time) and their geometric mean."""
+    ratios = [a / b for a, b in zip(baseline, treatment, strict=True)]
+    return ratios, math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
 def clearly_slower(
     baseline: Sequence[float], treatment: Sequence[float], min_gain: float, rounds: int
 ) -> Decision | None:
@@ -115,8 +121,7 @@ def clearly_slower(
     worst = min(treatment) / max(baseline)  # B's fastest against A's slowest: times, larger is slower
     if worst < 1 + min_gain:
         return None
-    ratios = [a / b for a, b in zip(baseline, treatment, strict=True)]
-    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    ratios, speedup = _pair_speedup(baseline, treatment)
     return Decision(
         False,
         f"{speedup:.3f}x: every B at least {worst:.2f}x slower than every A in {n} pair(s): stopped "
@@ -133,8 +138,7 @@ def early_stop(
     between windows or runs (±30% at most on the H200, launch-bound processes). None: go on."""
     if early_speedup <= 0 or worst < early_speedup or not baseline:
         return None
-    ratios = [a / b for a, b in zip(baseline, treatment, strict=True)]
-    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    ratios, speedup = _pair_speedup(baseline, treatment)
     return Decision(
         True,
         f"{speedup:.3f}x faster; every B window at least {worst:.2f}x faster than every A window "

@@ -18,21 +18,33 @@ def _absolute(cwd: str, path: str) -> str:
     return os.path.normpath(path if os.path.isabs(path) or not cwd else os.path.join(cwd, path))
 
 
+def _python_target(command: list[str]) -> tuple[str, str] | None:
+    """What a python (or launcher) command line runs: ("-m", module), ("-c", code) or ("script",
+    path); ("", "") when none is named; None when the command is no python one."""
+    if not _PYTHON.match(os.path.basename(command[0])) and os.path.basename(command[0]) not in _LAUNCHERS:
+        return None
+    args = command[1:]
+    for i, a in enumerate(args):
+        if a in ("-m", "-c") and i + 1 < len(args):
+            return a, args[i + 1]
+        if a.endswith(".py") and not a.startswith("-"):
+            return "script", a
+    return "", ""
+
+
 def launch_key(command: list[str], cwd: str) -> str:
     if not command:
         return ""
     exe = os.path.basename(command[0])
-    if _PYTHON.match(exe) or exe in _LAUNCHERS:
-        args = command[1:]
-        for i, a in enumerate(args):
-            if a == "-m" and i + 1 < len(args):
-                return f"python -m {args[i + 1]}"
-            if a == "-c" and i + 1 < len(args):
-                return "python -c " + hashlib.sha1(args[i + 1].encode()).hexdigest()[:12]
-            if a.endswith(".py") and not a.startswith("-"):
-                return "python " + _absolute(cwd, a)
-        return f"python {exe}"
-    return _absolute(cwd, command[0]) if "/" in command[0] else command[0]
+    target = _python_target(command)
+    if target is None:
+        return _absolute(cwd, command[0]) if "/" in command[0] else command[0]
+    kind, what = target
+    if kind == "-m":
+        return f"python -m {what}"
+    if kind == "-c":
+        return "python -c " + hashlib.sha1(what.encode()).hexdigest()[:12]
+    return "python " + _absolute(cwd, what) if kind == "script" else f"python {exe}"
 
 
 def default_name(command: list[str]) -> str:
@@ -42,11 +54,9 @@ def default_name(command: list[str]) -> str:
     if not command:
         return ""
     exe = os.path.basename(command[0])
-    if _PYTHON.match(exe) or exe in _LAUNCHERS:
-        args = command[1:]
-        for i, a in enumerate(args):
-            if a == "-m" and i + 1 < len(args):
-                return args[i + 1]
-            if a.endswith(".py") and not a.startswith("-"):
-                return os.path.basename(a)[: -len(".py")] or exe
+    kind, what = _python_target(command) or ("", "")
+    if kind == "-m":
+        return what
+    if kind == "script":
+        return os.path.basename(what)[: -len(".py")] or exe
     return exe
