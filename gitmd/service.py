@@ -226,7 +226,7 @@ class Service:
     def attribution(self, id_or_name: str, window_id: int = 0) -> WindowReport:
         """A window of the job analysed: the latest (taken now if there is none yet), or one of the
         latest reports by window id."""
-        return self.loop.attribute.report(self.get_job(id_or_name).job, window_id)
+        return self.loop.attribute.explain(self.get_job(id_or_name).job, window_id)
 
     def duty_cycle(self) -> None:
         """The duty tick: one window for every tracked job that is due one."""

@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${GPU_PYTHON_VERSION:-3.12}
 NEEDED=(grpcio protobuf grpcio-health-checking grpcio-reflection apscheduler tzlocal sqlite-utils sqlite-fts4
-        click-default-group cffi pycparser)
+        click-default-group cffi pycparser
+        filecheck)  # not gitmd's: the corpus's numba-cuda program imports numba.cuda.testing, which needs it
 rm -rf .whl && mkdir -p .whl
 specs=()
 for name in "${NEEDED[@]}"; do

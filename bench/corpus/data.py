@@ -14,6 +14,11 @@ about 39 MiB, ~15 s to write). Nothing is downloaded.
     python3 bench/corpus/data.py --dest DIR    # elsewhere (default bench/corpus/src/_data)
 
 Python 3.11+ and numpy (PNG written with zlib/struct, no PIL), so it also runs on the GPU host.
+
+Where PyTorch is installed it also writes `src/_data/resnet50-random-10.pth`: a random-initialised
+timm resnet50 with 10 classes (torch.manual_seed(SEED)), the checkpoint validate.py is given —
+without one it treats the model as pretrained and downloads weights, which nothing here may do.
+Without PyTorch (this CPU machine) that step is skipped and said so.
 """
 
 from __future__ import annotations
@@ -96,6 +101,29 @@ def write(dest: Path) -> str:
     return f"wrote {n} images"
 
 
+CHECKPOINT = "resnet50-random-10.pth"
+
+
+def checkpoint(dest: Path) -> str:
+    """The random-initialised resnet50 checkpoint for validate.py, from the materialised timm."""
+    out = dest / CHECKPOINT
+    if out.exists():
+        return "up to date"
+    try:
+        import torch
+    except ImportError:
+        return "skipped: no PyTorch here (validate.py needs it on the GPU host)"
+    sys.path.insert(0, str(dest.parent / "huggingface+pytorch-image-models"))
+    import timm
+
+    torch.manual_seed(SEED)
+    model = timm.create_model("resnet50", pretrained=False, num_classes=SETTINGS["classes"])
+    tmp = out.with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(out)
+    return f"wrote {out.stat().st_size / 2**20:.1f} MiB"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dest", type=Path, default=DEFAULT_DEST)
@@ -103,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     state = write(args.dest)
     size = sum(f.stat().st_size for f in (args.dest / "imagefolder").rglob("*") if f.is_file())
     print(f"imagefolder: {state}, {size / 2**20:.1f} MiB in {args.dest / 'imagefolder'}")
+    print(f"{CHECKPOINT}: {checkpoint(args.dest)}")
     return 0
 
 

@@ -31,6 +31,8 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
         if f.name == "corpus-latest.json":
             continue
         doc = json.loads(f.read_text())
+        if not isinstance(doc, dict) or "program" not in doc or "summary" not in doc:
+            continue  # not a scoreboard file (bench/corpus/verify.py's corpus-verify.json)
         when = (doc["measured_at"]["date"], str(f))
         if doc["program"] not in latest or when > latest[doc["program"]][0]:
             latest[doc["program"]] = (when, doc, str(f.relative_to(results.parent)))

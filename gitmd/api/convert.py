@@ -407,6 +407,7 @@ def lever_to_pb(info: LeverInfo) -> Any:
         env=dict(info.env),
         variables=info.variables,
         counterpart=info.counterpart,
+        acts_through=info.acts_through,
     )
 
 

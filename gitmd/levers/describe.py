@@ -34,6 +34,7 @@ class LeverInfo:
     env: Mapping[str, str] = field(default_factory=dict)  # launch: what the default setting adds
     variables: tuple[str, ...] = ()  # launch: the environment variables it sets
     counterpart: str = ""  # the same change as a lever of the other kind (launch <-> live)
+    acts_through: str = ""  # launch: the library that reads its variables ("" : any CUDA process)
 
 
 def selecting_causes(name: str, table: Mapping[str, tuple[str, ...]] = LEVERS) -> tuple[str, ...]:
@@ -68,10 +69,12 @@ def describe(cls: type[Lever]) -> LeverInfo:
     env: dict[str, str] = {}
     variables: tuple[str, ...] = ()
     counterpart = launch_forms.get(cls.name, "")
+    acts_through = ""
     if issubclass(cls, EnvLever):
         env = with_site(cls().values())
         variables = cls.variables
         counterpart = cls.live_form
+        acts_through = cls.acts_through
     return LeverInfo(
         name=cls.name,
         kind=cls.kind.value,
@@ -86,6 +89,7 @@ def describe(cls: type[Lever]) -> LeverInfo:
         env=env,
         variables=variables,
         counterpart=counterpart,
+        acts_through=acts_through,
     )
 
 

@@ -64,6 +64,10 @@ class EnvLever(Lever):
     # the same change made live (a lever of gitmd.levers.shim_knobs): tried within the run first; a
     # job that had it tried live gets no launch trial of this one
     live_form: ClassVar[str] = ""
+    # the library that reads its variables ("torch": PyTorch, through its own variable or gitmd's
+    # sitecustomize); "" : any CUDA process (the driver or runtime reads it) — a process that never
+    # loads that library is not changed by it (the corpus oracle does not measure it there)
+    acts_through: ClassVar[str] = "torch"
 
     def values(self) -> dict[str, str]:
         raise NotImplementedError
@@ -170,6 +174,7 @@ class CudaDeviceMaxConnections(EnvLever):
     name = "cuda_device_max_connections"
     causes = frozenset({"launch_bound"})
     variables = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+    acts_through = ""
     defaults = {"value": 32}
 
     def values(self) -> dict[str, str]:
@@ -182,6 +187,7 @@ class CpuThreads(EnvLever):
     name = "cpu_threads"
     causes = frozenset({"host_contention", "launch_bound"})
     variables = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    acts_through = ""
     defaults = {"value": 4}
 
     def values(self) -> dict[str, str]:

@@ -29,7 +29,7 @@ from gitmd.loop.deps import Deps
 from gitmd.loop.exits import Exits
 from gitmd.loop.known import Known
 from gitmd.loop.launch import Launch
-from gitmd.loop.observe import Observe
+from gitmd.loop.observe import Observe, has_kernels
 from gitmd.loop.publish import Publisher
 from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
@@ -88,8 +88,15 @@ class Loop:
         with st.step:  # one step at a time per job (state.JobState.step)
             try:
                 self.known.apply(job_id)  # known: the workload's validated live policy, kept
-                self.choose.live(job_id)  # attribute, choose: a live trial on this run now (trials.py)
-                self.choose.launch(job_id)  # ... or a launch trial over the workload's next runs
+                if has_kernels(window):  # a window without kernels shows no cause (observe.has_kernels)
+                    live = self.choose.live(job_id)  # attribute, choose: a live trial on this run now
+                    launch = self.choose.launch(job_id)  # ... or a launch trial over its next runs
+                    idle = f"live: {live}; launch: {launch}" if live and launch else ""
+                else:
+                    idle = "its latest window held no kernel (start-up, a CPU phase, or records late)"
+                if idle != st.idle:
+                    log.debug("job %s: nothing tried after window %d: %s", job_id, window.window_id, idle)
+                st.idle = idle
             except Exception:
                 log.exception("planning an experiment on job %s failed", job_id)
             self.observe.schedule_next(job_id, window)

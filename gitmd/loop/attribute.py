@@ -22,6 +22,16 @@ class Attribute:
         self.d = d
         self.observe = observe
 
+    def explain(self, job: Job, window_id: int = 0) -> WindowReport:
+        """``report`` for a reader (gitmctl explain): with a note of why the latest window started
+        no trial, when none runs."""
+        rep = self.report(job, window_id)
+        st = self.d.states.get(job.id)
+        if st is None or not st.idle or job.state not in ("registered", "running"):
+            return rep
+        note = f"nothing tried after its latest window: {st.idle}"
+        return dataclasses.replace(rep, notes=[*rep.notes, note])
+
     def report(self, job: Job, window_id: int = 0) -> WindowReport:
         """A window of the job analysed: the latest (taken now if there is none yet), or one of the
         REPORTS_KEPT latest reports by window id."""

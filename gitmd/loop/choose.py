@@ -36,7 +36,7 @@ class Choose:
         (settled) — start-up is not its steady state: weights copied from pageable memory for
         seconds look like a cause, and transformer's first window looked launch-bound (H200,
         2026-12-03: a CPU experiment ran on its start-up)."""
-        return job.allow_exploration and not self.pub.known(job.id) and self.pub.settled(job.id)
+        return not self.not_explorable(job)
 
     def _report(self, job: Job) -> WindowReport | None:
         try:
@@ -44,62 +44,99 @@ class Choose:
         except GitmdError:
             return None
 
-    def live(self, job_id: str) -> None:
+    def live(self, job_id: str) -> str:
         """After a duty window: if its top cause selects a live lever not tried on this job yet, and
-        the job allows exploration, run one live trial (one per job at a time)."""
+        the job allows exploration, run one live trial (one per job at a time). Returns why no
+        trial started ("" when one did, or one runs): explain shows it, the debug log too."""
         d = self.d
         cfg = d.config.experiments
         if not cfg.enabled or d.capture is None or not d.alive.is_set() or d.pause.on:
-            return
+            return "experiments off or paused"
         st = d.states.of(job_id)
         with d.states.exp_lock:
             if st.experiment is not None:
-                return
+                return ""
         if st.trial_id is not None:
-            return  # a run of a launch trial: nothing else may change under it
+            return f"a run of launch trial {st.trial_id}: nothing else may change under it"
         if st.observed:
-            return  # its observation has ended: a live trial would get no window to measure
+            return "its observation has ended"
         job = d.jobs.get(job_id)
-        if job.state not in ("registered", "running") or not self.explorable(job):
-            return
+        if job.state not in ("registered", "running"):
+            return f"it is {job.state}"
+        why = self.not_explorable(job)
+        if why:
+            return why
         report = self._report(job)
         if report is None:
-            return
+            return "its window could not be analysed"
         earlier = self.attribute.earlier_causes(job, report)
         top = next((c for c in report.causes if c.above_threshold and c.name in earlier), None)
         if top is None:
-            return
+            return self.no_cause(report, earlier)
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
         st.tried |= {e.lever for e in d.experiments.of_job(job_id)}
+        skipped = []
         for name in top.levers:
-            if name not in cfg.live_levers or name in st.tried:
+            if name not in cfg.live_levers:
+                skipped.append(f"{name} not in experiments.live_levers")
+                continue
+            if name in st.tried:
+                skipped.append(f"{name} tried on this run")
                 continue
             lever = self.targets.live_lever(name, job)
             if lever is None:
+                skipped.append(f"{name} has nothing to act on")
                 continue
             with d.states.exp_lock:
                 if st.experiment is not None:
-                    return
+                    return ""
                 log.info("job %s: %s costs %.0f%% of its time; trying %s",
                          job_id, top.name, 100 * top.share, lever.describe())  # fmt: skip
                 self.trials.start_live(job_id, lever, top.name, top.ceiling)
-            return
+            return ""
+        return f"{top.name}: " + ("; ".join(skipped) or "no live lever addresses it")
 
-    def launch(self, job_id: str) -> None:
+    def not_explorable(self, job: Job) -> str:
+        """Why the job may not be explored now ("" : it may)."""
+        if not job.allow_exploration:
+            return "its registration does not allow exploration"
+        if self.pub.known(job.id):
+            return "it runs its workload's validated policy (experiments.explore_known is off)"
+        if not self.pub.settled(job.id):
+            return "still starting up (no window has found its step yet)"
+        return ""
+
+    @staticmethod
+    def no_cause(report: WindowReport, earlier: set[str]) -> str:
+        now = [c.name for c in report.causes if c.above_threshold]
+        if not now:
+            return "no cause above threshold in its latest window"
+        return (
+            f"{', '.join(now)} above threshold in its latest window, not in the one before "
+            f"({', '.join(sorted(earlier)) or 'none'}): a cause must show in two windows in a row"
+        )
+
+    def launch(self, job_id: str) -> str:
         """After a duty window: a cause above threshold that a launch lever addresses plans a
-        launch trial for the job's workload (one at a time, one per lever)."""
+        launch trial for the job's workload (one at a time, one per lever). Returns why none was
+        planned ("" when one was, or one runs)."""
         d = self.d
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
         if job.state not in ("registered", "running") or d.pause.on:
-            return  # ended: its kept report is for explain, not for planning (review 2026-12-03)
-        if not cfg.enabled or not job.workload_id or not self.explorable(job):
-            return
+            return f"it is {job.state}" if not d.pause.on else "paused"  # ended: explain only
+        if not cfg.enabled:
+            return "experiments off"
+        if not job.workload_id:
+            return "no workload yet (its step has not been fingerprinted)"
+        why = self.not_explorable(job)
+        if why:
+            return why
         if d.launch_trials.running(job.workload_id) is not None:
-            return
+            return ""
         report = self._report(job)
         if report is None:
-            return
+            return "its window could not be analysed"
         tried = {t.lever for t in d.launch_trials.of_workload(job.workload_id)}
         st = d.states.of(job_id)
         with d.states.exp_lock:
@@ -110,8 +147,14 @@ class Choose:
         reported = any(c.kind == "stdout_metric" for c in job.contract.checks)
         # A trial costs the workload's next runs: plan only for a cause seen in two windows in a row
         earlier = self.attribute.earlier_causes(job, report)
+        skipped: list[str] = []
+        seen = False
         for cause in report.causes:
-            if not cause.above_threshold or cause.name not in earlier or cause.name in live_on:
+            if not cause.above_threshold or cause.name not in earlier:
+                continue
+            seen = True
+            if cause.name in live_on:
+                skipped.append(f"{cause.name}: a live trial on it runs")
                 continue
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
@@ -120,8 +163,10 @@ class Choose:
                 if not isinstance(lever, EnvLever):
                     continue
                 if lever.live_form in cfg.live_levers and lever.live_form in st.tried:
+                    skipped.append(f"{name}: its live form was tried on this run")
                     continue  # tried within the run: its outcome stands for the launch form too
                 if lever.risk is Risk.NUMERICS and not reported:
+                    skipped.append(f"{name}: changes numerics and the contract compares none")
                     continue  # its numbers could not be compared across runs (payloads come per window)
                 predicted = 1 / (1 - cause.share) if cause.share < 1 else 0.0
                 t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling, predicted)
@@ -131,4 +176,9 @@ class Choose:
                         "(launch trial %d)", job.workload_id, cause.name, 100 * cause.share, job_id,
                         100 * cause.ceiling, lever.describe(), t.id,
                     )  # fmt: skip
-                return
+                    return ""
+                skipped.append(f"{name}: not planned")
+                return "; ".join(skipped)
+        if not seen:
+            return self.no_cause(report, earlier)
+        return "; ".join(skipped) or "every launch lever for its causes was tried on this workload"

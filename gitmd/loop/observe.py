@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield", "alloc_keep_cache_live"})
 
 
+def has_kernels(window: WindowResult) -> bool:
+    """The window holds a kernel of the job's: something a cause can be read from."""
+    return any(len(p.records.kernels) for p in window.processes)
+
+
 class Observe:
     def __init__(self, d: Deps, pub: Publisher) -> None:
         self.d = d
@@ -136,7 +141,7 @@ class Observe:
         jc = d.capture.get(job_id)
         if jc is None:
             return
-        if not self.pub.settled(job_id) or jc.windows < c.session_windows:
+        if not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows):
             # start-up, or the process's observation under way: the next window comes a tick later.
             # Once a window has opened, CUPTI stays attached to the process (its activity off) until
             # its observation ends, and costs a launch-bound job between windows nearly what an open
@@ -162,12 +167,22 @@ class Observe:
         return probe and jc is not None and jc.period_s <= self.d.config.capture.window_every_s
 
     # -- when they stop --------------------------------------------------------------------------
+    def short_of_evidence(self, job_id: str, windows: int) -> bool:
+        """Fewer than capture.session_windows windows with kernels past start-up, and fewer than
+        that many and STARTUP_WINDOWS more in all (a job that shows no kernel is not watched
+        forever)."""
+        n = self.d.config.capture.session_windows
+        return self.d.states.of(job_id).evidence < n and windows < n + duty.STARTUP_WINDOWS
+
     def observation_done(self, job_id: str) -> bool:
-        """gitmd has seen enough of the job's processes: capture.session_windows windows analysed,
-        past start-up, no experiment on it, and no live lever left that acts through a window."""
+        """gitmd has seen enough of the job's processes: capture.session_windows windows with kernels
+        analysed past start-up (or, for a job that shows none, that many and STARTUP_WINDOWS more
+        windows in all), no experiment on it, and no live lever left that acts through a window."""
         d = self.d
         jc = d.capture.get(job_id) if d.capture is not None else None
-        if jc is None or jc.windows < d.config.capture.session_windows or not self.pub.settled(job_id):
+        if jc is None or not self.pub.settled(job_id):
+            return False
+        if self.short_of_evidence(job_id, jc.windows):
             return False
         st = d.states.of(job_id)
         with d.states.exp_lock:
@@ -229,6 +244,9 @@ class Observe:
             st.steps = steps
             if steps.stats.found and steps.stats.steps > 0:
                 st.steady = True
+        if st.steady and has_kernels(window):
+            st.evidence += 1
+        if steps is not None:
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
             # A job identified already is not fingerprinted again while gitmd has changed it (an

@@ -66,6 +66,12 @@ class JobState:
     # the causes that live trial may remove: the one it acts on and the others its lever addresses
     experiment_causes: set[str] = field(default_factory=set)
     observed: bool = False  # its observation has ended
+    idle: str = ""  # why its latest window started no trial ("" : one started, or one runs)
+    # windows past start-up that held kernels: what the observation counts (capture.session_windows).
+    # A window with no kernel shows nothing a cause could be read from — start-up, a CPU phase, or
+    # kernel records that came too late for the window (H200 2026-12-03: a window of 2,159 syncs and
+    # no kernel ended a job's observation, and with it the live trial its sync stall called for)
+    evidence: int = 0
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs only)
     phase: Phase | None = None  # as last written to the store
     phase_lock: threading.Lock = field(default_factory=threading.Lock)

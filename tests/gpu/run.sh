@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, crash-soak, corpus, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -39,6 +39,11 @@ cat "$OUTDIR/host.txt"
 make -C shim all > "$OUTDIR/shim-build.log" 2>&1 || { cat "$OUTDIR/shim-build.log"; exit 1; }
 tail -1 "$OUTDIR/shim-build.log"
 
+corpus_src() {  # the materialised sources must be carried; the synthetic data is written here (47 MiB: not carried)
+  [ -d bench/corpus/src/huggingface+pytorch-image-models ] || { echo "carry bench/corpus/src/<owner>+<name> (make corpus)"; exit 1; }
+  python3 bench/corpus/data.py > "$OUTDIR/corpus-data.log" 2>&1 || { cat "$OUTDIR/corpus-data.log"; exit 1; }  # idempotent
+}
+
 declare -A RESULT
 for part in "${PARTS[@]}"; do
   case "$part" in
@@ -72,7 +77,7 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]="$(ls "$OUTDIR"/captures/*.npz 2>/dev/null | wc -l) capture files"
       ;;
     crash-soak)  # unmodified programs (corpus + in-house) through gitmctl run, fresh libraries, vs plain runs
-      [ -d bench/corpus/src ] || { echo "carry bench/corpus/src (python3 bench/corpus/materialise.py)"; exit 1; }
+      corpus_src
       python3 bench/crash_soak.py --programs "${SOAK_PROGRAMS:-timm-resnet18-train-fp32,timm-resnet18-train-bf16,timm-vit-small-infer,cupy-monte-carlo,threads4,dataloader}" \
         --rounds "${SOAK_ROUNDS:-20}" --runs "${SOAK_RUNS:-4}" --fresh-every "${SOAK_FRESH_EVERY:-2}" \
         --budget-s "${SOAK_BUDGET_S:-420}" ${SOAK_ARGS:-} --json "$OUTDIR/crash-soak.json" --logs "$OUTDIR/soak-logs" \
@@ -80,10 +85,16 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/crash-soak.md" | head -8 | tr '\n' ' ' || echo "failed")
       ;;
     corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE
-      [ -d bench/corpus/src ] || { echo "carry bench/corpus/src (make corpus)"; exit 1; }
+      corpus_src
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
         --oracle-levers "${CORPUS_ORACLE:-}" --out "$OUTDIR/corpus" 2>&1 | tee "$OUTDIR/corpus.md"
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/corpus.md" | tr '\n' ' ' || echo "failed")
+      ;;
+    corpus-verify)  # corpus programs run plainly once each (bench/corpus/verify.py): CORPUS_PROGRAMS=a,b (default all)
+      corpus_src
+      python3 bench/corpus/verify.py --programs "${CORPUS_PROGRAMS:-}" --repeats "${VERIFY_REPEATS:-1}" \
+        --json "$OUTDIR/corpus-verify.json" 2>&1 | tee "$OUTDIR/corpus-verify.md"
+      RESULT[$part]=$(grep -cE '^\| [a-z].* \| 0 \|' "$OUTDIR/corpus-verify.md")" ran with exit 0"
       ;;
     register-rate)
       python3 bench/register_rate.py --workloads 10000 --clients 8 --seconds 30 --json "$OUTDIR/register-rate.json" \

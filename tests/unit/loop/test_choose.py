@@ -279,16 +279,18 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
 
     inside, most = [0], [0]
 
-    def slow_launch(jid: str) -> None:
+    def slow_launch(jid: str) -> str:
         inside[0] += 1
         most[0] = max(most[0], inside[0])
         time.sleep(0.2)
         inside[0] -= 1
+        return "nothing"
 
-    window = SimpleNamespace(processes=[], start_real_ns=0, end_real_ns=1)
+    kernels = SimpleNamespace(records=SimpleNamespace(kernels=[object()]))
+    window = SimpleNamespace(window_id=1, processes=[kernels], start_real_ns=0, end_real_ns=1)
     svc.loop.observe.window = lambda jid: (window, False)  # type: ignore[method-assign,assignment,misc]
     svc.loop.observe.schedule_next = lambda jid, w: None  # type: ignore[method-assign,assignment,misc]
-    svc.loop.choose.live = lambda jid: None  # type: ignore[method-assign]
+    svc.loop.choose.live = lambda jid: "nothing"  # type: ignore[method-assign]
     svc.loop.choose.launch = slow_launch  # type: ignore[method-assign]
     steps = [threading.Thread(target=svc.loop.run_window, args=(job_id,)) for _ in range(3)]
     for t in steps:
@@ -296,3 +298,26 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
     for t in steps:
         t.join()
     assert most[0] == 1  # never two of the job's steps at once
+
+
+def test_why_nothing_was_tried_is_said(tmp_path: Path) -> None:
+    """Ten timm rounds on the H200 planned no trial and nobody could tell why (2026-12-03): each
+    stage of choose now says why it started nothing, and explain shows it for a running job."""
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    choose = svc.loop.choose
+    assert "starting up" in choose.live(job_id)  # no window has found its step
+    st = svc.states.of(job_id)
+    st.steady = True
+    stall = Cause("sync_stall", 1e6, 0.3, 0.7, ("x",), ("sched_priority",), True)
+    report = SimpleNamespace(window_id=7, causes=[stall], notes=[])
+    svc.loop.attribute.report = lambda job, window_id=0: report  # type: ignore[method-assign,assignment,misc]
+    why = choose.live(job_id)  # the first window that shows it: one window only
+    assert "sync_stall above threshold in its latest window" in why and "two windows in a row" in why
+    assert choose.launch(job_id) == "no workload yet (its step has not been fingerprinted)"
+    svc.loop.targets.live_lever = lambda name, job: None  # type: ignore[method-assign]
+    report.window_id = 8
+    assert choose.live(job_id) == "sync_stall: sched_priority has nothing to act on"
+    st.observed = True
+    assert choose.live(job_id) == "its observation has ended"

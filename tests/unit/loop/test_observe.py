@@ -228,8 +228,10 @@ def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
     """A 15-s job (fp32_mlp, H200 2026-12-03) had its windows in start-up and none after: until a
-    window finds the step, the next comes a tick later, at most STARTUP_WINDOWS times; a found step
-    (past the process's observation windows) restores the configured period. Real H200 windows."""
+    window finds the step, the next comes a tick later, at most STARTUP_WINDOWS times; then the
+    observation's capture.session_windows windows with kernels come a tick apart too (start-up
+    windows and windows without kernels do not count: H200 2026-12-03, sync_spin), and the
+    configured period after them. Real H200 windows."""
     svc = make_service(tmp_path)
     set_config(svc, dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False)))
     c = svc.config.capture
@@ -256,7 +258,10 @@ def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace
         svc.loop.run_window(view.job.id)
         assert jc.period_s == duty.TICK_S and submitted == [view.job.id]
     shown[0] = steady
-    svc.loop.run_window(view.job.id)  # the step found, past the observation's windows
+    for _ in range(c.session_windows - 1):  # the step found: the observation's windows with kernels
+        svc.loop.run_window(view.job.id)
+        assert jc.period_s == duty.TICK_S
+    svc.loop.run_window(view.job.id)  # the last of them: the configured period from now on
     assert jc.period_s == c.window_every_s
     # a job that never shows a step: the start-up pace for STARTUP_WINDOWS windows only
     other, other_plan = svc.register_job(Registration("idle", ("prog",), "/", os.getuid(), os.getgid()))
@@ -268,7 +273,10 @@ def test_until_a_window_finds_the_jobs_step_its_windows_come_at_the_startup_pace
     shown[0] = startup
     svc.loop.run_window(other.job.id)
     assert jo.period_s == duty.TICK_S
-    jo.windows = duty.STARTUP_WINDOWS
+    jo.windows = duty.STARTUP_WINDOWS  # settled by count: still no kernel, still the start-up pace
+    svc.loop.run_window(other.job.id)
+    assert jo.period_s == duty.TICK_S
+    jo.windows = duty.STARTUP_WINDOWS + c.session_windows  # ... until that many windows more
     svc.loop.run_window(other.job.id)
     assert jo.period_s == c.window_every_s
     # a launch trial's run: no window at all — it is measured by its own clock, CUPTI never attached
@@ -346,3 +354,42 @@ def test_paused_gitmd_takes_no_window_and_starts_no_trial_but_keeps_policies(
     svc.set_pause(False, "uid 0 (root)")
     svc.duty_cycle()
     assert submitted == [view.job.id] and not Pause(svc.jobs.store).on
+
+
+def test_windows_without_kernels_neither_end_the_observation_nor_count_as_a_cause(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """H200 2026-12-03 (tests/fixtures/late-kernels: real windows): two start-up windows, one with
+    the step and its sync stall, then one of 2,159 syncs and no kernel ended the job's observation
+    (it counted windows), and the stall — which must show in two windows in a row — was never
+    tried. Now only windows with kernels past start-up count: the observation goes on, the window
+    without kernels plans nothing, and the next window with kernels starts the trial."""
+    late = sorted((PLANTED.parent / "late-kernels").glob("*.npz"), key=lambda p: int(p.stem))
+    windows = [capture_file.loads(p.read_bytes()) for p in late]
+    assert [sum(len(p.records.kernels) for p in w.processes) for w in windows] == [0, 0, 6131, 0]
+    svc = make_service(tmp_path)
+    view, plan = svc.register_job(Registration("sync", ("prog",), "/", os.getuid(), os.getgid()))
+    live_ring(plan.env["GITM_JOB_DIR"], write_ring)
+    svc.get_job(view.job.id)
+    jc = svc.capture.get(view.job.id)  # type: ignore[union-attr]
+    assert jc is not None
+    shown = list(windows)
+
+    def capture(job_id: str, duration_s: float, max_records: int | None = None) -> Any:
+        jc.windows += 1
+        return dataclasses.replace(shown.pop(0), job_id=job_id, window_id=jc.windows)
+
+    svc.capture.capture = capture  # type: ignore[union-attr,method-assign]
+    svc.loop.pool.submit = lambda fn, job_id: None  # type: ignore[method-assign,assignment,misc]
+    chosen: list[str] = []
+    svc.loop.choose.live = lambda jid: chosen.append(jid) or "x"  # type: ignore[method-assign,func-returns-value]
+    svc.loop.choose.launch = lambda jid: "y"  # type: ignore[method-assign]
+    for _ in range(4):
+        svc.loop.run_window(view.job.id)
+    st = svc.states.of(view.job.id)
+    assert st.steady and st.evidence == 1 and not st.observed  # window 4 ended nothing
+    assert len(chosen) == 1  # only window 3 was read for causes
+    assert "held no kernel" in st.idle
+    shown.append(windows[2])  # the kernels come again
+    svc.loop.run_window(view.job.id)
+    assert st.evidence == 2 and len(chosen) == 2 and not st.observed
