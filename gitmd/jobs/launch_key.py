@@ -47,6 +47,12 @@ def launch_key(command: list[str], cwd: str) -> str:
     return "python " + _absolute(cwd, what) if kind == "script" else f"python {exe}"
 
 
+def owned(uid: int, key: str) -> str:
+    """A launch key bound to the user who launches (hardening issue, item 2): the same script of two
+    users is two keys, so no user can claim another's workload or its policy by naming its key."""
+    return f"uid:{uid} {key}" if key else ""
+
+
 def default_name(command: list[str]) -> str:
     """A job's name when none is given: the script for python and its launchers (`train` for
     `python3 train.py`, the module for `-m`), else the executable's basename. Every Python job was

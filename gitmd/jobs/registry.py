@@ -22,7 +22,7 @@ from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
-from gitmd.jobs.launch_key import default_name, launch_key
+from gitmd.jobs.launch_key import default_name, launch_key, owned
 from gitmd.store import audit
 from gitmd.store.db import Store
 
@@ -166,7 +166,7 @@ class JobRegistry:
             raise InvalidArgumentError(f"cwd must be at most {MAX_CWD} characters (a path)")
         if len(key) > 4096 or "\0" in key:
             raise InvalidArgumentError("launch key must be at most 4096 characters without NUL")
-        key = key or launch_key(command, cwd)
+        key = owned(uid, key or launch_key(command, cwd))
         workload_id = resolve(key) if resolve else ""
         job_id = uuid.uuid4().hex[:12]
         name = name or _NAME_BAD.sub("_", default_name(command))[:MAX_NAME] or job_id

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import LaunchPlan
-from gitmd.jobs.launch_key import launch_key
+from gitmd.jobs.launch_key import launch_key, owned
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.loop.deps import Deps
@@ -40,7 +40,7 @@ class Launch:
         found: dict[str, Workload] = {}
         suspect = None
         if want_capture:
-            key = reg.launch_key or launch_key(list(reg.command), reg.cwd)
+            key = owned(reg.uid, reg.launch_key or launch_key(list(reg.command), reg.cwd))
             w0 = d.library.by_launch_key(key)
             suspect = d.crashes.find(w0.id if w0 else "", key)
             if suspect is not None:

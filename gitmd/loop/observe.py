@@ -256,7 +256,9 @@ class Observe:
                 sig = None
             if sig is not None:
                 first = not st.fingerprinted
-                workload_id = d.library.observe(sig, job.launch_key, job.name, new_run=first)
+                workload_id = d.library.observe(
+                    sig, job.launch_key, job.name, new_run=first, owner_uid=job.uid
+                )
                 st.fingerprinted = True
                 if workload_id != job.workload_id:
                     d.jobs.set_workload(job.id, workload_id)

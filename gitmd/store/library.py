@@ -9,6 +9,7 @@ policy. The records themselves are in gitmd.store.library_model.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -120,22 +121,32 @@ class Library:
             return self._workload(db, dict(zip([c[0] for c in cur.description], row, strict=True)))
 
     # -- learning ------------------------------------------------------------------------------
-    def observe(self, sig: Signature, launch_key: str, name: str, new_run: bool) -> str:
-        """The workload this signature belongs to (a new one if none matches); links the launch key."""
+    def observe(
+        self, sig: Signature, launch_key: str, name: str, new_run: bool, owner_uid: int | None = None
+    ) -> str:
+        """The workload this signature belongs to (a new one if none matches); links the launch key.
+        Only ``owner_uid``'s workloads and the shared ones (an admin's import) are candidates, and a
+        new workload is that user's (migration 0019): one user's runs never feed another's."""
         now = time.time_ns()
         with self.store.transaction() as db:
             best_id, best = None, 0.0
-            for r in db.query("SELECT id, signature FROM workloads"):
+            rows = db.query(
+                "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner_uid]
+            )
+            for r in rows:
                 s = similarity(sig, signature_from_json(r["signature"]))
                 if s > best:
                     best_id, best = r["id"], s
             if best_id is None or best < MATCH_THRESHOLD:
                 best_id = sig.id
+                taken = db.execute("SELECT owner_uid FROM workloads WHERE id = ?", [best_id]).fetchone()
+                if taken is not None and taken[0] != owner_uid:  # the same program, another user's
+                    best_id = hashlib.sha1(f"{owner_uid}:{sig.id}".encode()).hexdigest()[: len(sig.id)]
                 db.execute(
                     "INSERT OR IGNORE INTO workloads "
-                    "(id, name, signature, first_seen_ns, last_seen_ns, run_count) "
-                    "VALUES (?, ?, ?, ?, ?, 0)",
-                    [best_id, name, signature_json(sig), now, now],
+                    "(id, name, signature, first_seen_ns, last_seen_ns, run_count, owner_uid) "
+                    "VALUES (?, ?, ?, ?, ?, 0, ?)",
+                    [best_id, name, signature_json(sig), now, now, owner_uid],
                 )
             db.execute(
                 "UPDATE workloads SET last_seen_ns = ?, run_count = run_count + ? WHERE id = ?",

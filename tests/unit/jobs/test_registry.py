@@ -43,7 +43,7 @@ def test_register_gives_a_plan_and_a_private_dir(tmp_path: Path, shim: Path) -> 
     assert d == tmp_path / "run" / "jobs" / job.id and (d.stat().st_mode & 0o777) == 0o700
     assert reg.get(job.id) == job and reg.get("train") == job
     assert job.gpus == (0, 1) and job.scheduler_job_id == "slurm-42" and job.allow_exploration
-    assert job.launch_key == "python /w/t.py" and job.user
+    assert job.launch_key == f"uid:{os.getuid()} python /w/t.py" and job.user  # bound to its user
     assert [j.id for j in reg.list(False)] == [job.id]
     done = reg.exited(job.id, 0)
     assert done.state == "exited" and done.exit_code == 0 and not d.exists()

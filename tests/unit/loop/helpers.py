@@ -80,8 +80,11 @@ def live_ring(job_dir: str, write_ring: Callable[..., Path], age_s: float | None
 
 
 def recurring(svc: Service, key: str) -> str:
-    """A workload the library knows, launched under ``key``: its next launch is recurring."""
+    """A workload the library knows, launched under ``key`` by this test's user (launch keys are
+    bound to their user: gitmd.jobs.launch_key.owned): its next launch is recurring."""
     import json as _json
+
+    from gitmd.jobs.launch_key import owned
 
     doc = {
         "format": "gitm-library",
@@ -94,7 +97,7 @@ def recurring(svc: Service, key: str) -> str:
                 "first_seen_ns": 1,
                 "last_seen_ns": 2,
                 "run_count": 1,
-                "launch_keys": [key],
+                "launch_keys": [owned(os.getuid(), key)],
                 "policies": [],
             }
         ],

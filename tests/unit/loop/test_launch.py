@@ -95,3 +95,21 @@ def test_gpus_are_this_hosts_each_once_and_the_job_sees_only_them(tmp_path: Path
     assert len(svc.jobs.list(include_exited=True)) == 1  # the refused one was not registered
     _, plain = svc.register_job(Registration("p", ("prog",), "/", *me))
     assert "CUDA_VISIBLE_DEVICES" not in plain.env  # no --gpus: the launcher's own environment stands
+
+
+def test_another_user_naming_a_workloads_launch_key_does_not_get_its_policy(tmp_path: Path) -> None:
+    """Hardening issue, item 2: launch keys were free text, so any user could name another user's
+    key and have gitmd treat the job as that workload (its policy at launch, its trials). A key is
+    now bound to the user who launches: the same text from another user is another key."""
+    from tests.unit.loop.helpers import recurring
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    svc.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.5, (1.2, 1.8))
+    me = Registration("train", ("python", "t.py"), "/w", os.getuid(), os.getgid(), launch_key="train")
+    view, plan = svc.register_job(me)
+    assert plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32" and view.job.workload_id == wid
+    other = dataclasses.replace(me, uid=os.getuid() + 4242, gid=os.getgid() + 4242)
+    view, plan = svc.register_job(other)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in plan.env and view.job.workload_id == ""
+    assert view.job.launch_key == f"uid:{os.getuid() + 4242} train"

@@ -267,3 +267,48 @@ def test_an_integer_beyond_64_bits_is_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="out of range"):
         lib.import_(json.dumps(doc).encode())
     assert lib.list() == []  # nothing changed
+
+
+def test_one_users_runs_never_land_on_another_users_workload(tmp_path: Path) -> None:
+    """Hardening issue, item 2: launch keys were free text shared by every user, and windows were
+    matched against every workload, so a user could claim another's workload and take part in the
+    trials that decide its policy. Workloads now belong to the user whose jobs made them; an
+    admin's import (no owner) is shared."""
+    lb = lib(tmp_path)
+    a = lb.observe(TRAIN, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000)
+    b = lb.observe(TRAIN, "uid:2000 python /w/train.py", "train", new_run=True, owner_uid=2000)
+    assert a != b  # the same program, two users: two workloads
+    assert lb.observe(TRAIN, "uid:2000 python /w/train.py", "train", True, owner_uid=2000) == b
+    assert lb.observe(TRAIN, "uid:1000 python /w/train.py", "train", True, owner_uid=1000) == a
+    assert lb.by_launch_key("uid:1000 python /w/train.py").id == a  # type: ignore[union-attr]
+    assert lb.by_launch_key("uid:2000 python /w/train.py").id == b  # type: ignore[union-attr]
+    shared = lb.observe(OTHER, "", "eval", new_run=True, owner_uid=None)  # as an import makes them
+    assert lb.observe(OTHER, "uid:3000 python /w/eval.py", "eval", True, owner_uid=3000) == shared
+
+
+def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: Path) -> None:
+    """Migration 0019 on a store written before it: each workload's owner is the user of its first
+    job, each job's key and each launch key is scoped by its user, and a key no job used is gone."""
+    from gitmd.store.db import bundled_migrations
+
+    path = tmp_path / "old.db"
+    before = [m for m in bundled_migrations() if m.version < 19]
+    s = Store(path, before)
+    s.conn.execute(
+        "INSERT INTO workloads (id, name, signature, first_seen_ns, last_seen_ns) VALUES ('w1', 't', '{}', 1, 1)"
+    )
+    for jid, uid, t in (("j1", 1000, 1), ("j2", 2000, 2)):
+        s.conn.execute(
+            "INSERT INTO jobs (id, name, command, cwd, uid, gid, state, created_ns, launch_key, workload_id) "
+            "VALUES (?, 't', '[]', '/', ?, ?, 'exited', ?, 'python /w/t.py', 'w1')",
+            [jid, uid, uid, t],
+        )
+    s.conn.execute("INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES ('python /w/t.py', 'w1', 1)")
+    s.conn.execute("INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES ('orphan', 'w1', 1)")
+    s.close()
+    s = Store(path)
+    assert s.conn.execute("SELECT owner_uid FROM workloads WHERE id = 'w1'").fetchone()[0] == 1000
+    keys = {r[0]: r[1] for r in s.conn.execute("SELECT id, launch_key FROM jobs")}
+    assert keys == {"j1": "uid:1000 python /w/t.py", "j2": "uid:2000 python /w/t.py"}
+    assert [r[0] for r in s.conn.execute("SELECT key FROM launch_keys")] == ["uid:2000 python /w/t.py"]
+    s.close()
