@@ -132,7 +132,7 @@ class Daemon:
             LaunchTrials(store).close_open_runs("gitmd restarted during the run")
 
             capture = self._capture_manager(backend)
-            jobs = JobRegistry(store, d.runtime_dir, cfg.capture)
+            jobs = JobRegistry(store, d.runtime_dir, cfg.capture, d.max_jobs_per_user)
             library = Library(store, allowed_env=env_variables())
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, library)
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)
@@ -165,7 +165,8 @@ class Daemon:
             self._on_stop("gRPC server", lambda: api.stop(grace_s=2.0))
 
             if cfg.metrics.port:
-                metrics = MetricsServer(build_registry(sampler, gpus), cfg.metrics.address, cfg.metrics.port)
+                registry = build_registry(sampler, gpus, self.service.metrics_snapshot)
+                metrics = MetricsServer(registry, cfg.metrics.address, cfg.metrics.port)
                 if metrics.start():
                     self._on_stop("metrics server", metrics.stop)
         except BaseException:

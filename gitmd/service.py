@@ -32,9 +32,11 @@ from gitmd.levers.host import CpuLoad
 from gitmd.loop import Deps, Loop
 from gitmd.loop.exits import EXPIRE_UNSTARTED_S, REAP_AFTER_S
 from gitmd.loop.known import LIVE_POLICY_TICKS
+from gitmd.loop.snapshot import snapshot
 from gitmd.loop.trace import MAX_TRACE_S, TraceResult, trace
 from gitmd.loop.tuned import record_tune
 from gitmd.loop.views import JobEvent, JobView
+from gitmd.metrics import StateSnapshot
 from gitmd.store.audit import Audit
 from gitmd.store.crashes import SuspectCrashes
 from gitmd.store.library import Library, Policy, Workload
@@ -292,3 +294,7 @@ class Service:
         self.granger.close()
         if self.capture is not None:
             self.capture.close_all_windows()
+
+    # -- the Prometheus exporter's view of gitmd (gitmd/metrics.py) ------------------------------
+    def metrics_snapshot(self) -> StateSnapshot:
+        return snapshot(self.loop.d)

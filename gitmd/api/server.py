@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.servicer import GitmdServicer
-from gitmd.api.streams import StreamSlots
+from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.gate import Gate
 from gitmd.config import RemoteConfig
 from gitmd.errors import StartupError
@@ -63,7 +63,8 @@ class ApiServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        pb_grpc.add_GitmdServicer_to_server(GitmdServicer(service, gate, StreamSlots(workers)), self.server)
+        servicer = GitmdServicer(service, gate, StreamSlots(workers), CallSlots(workers))
+        pb_grpc.add_GitmdServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (

@@ -19,7 +19,7 @@ import grpc
 from gitmd import capture_explain
 from gitmd.api import convert
 from gitmd.api.pb import pb, pb_grpc
-from gitmd.api.streams import StreamSlots
+from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.access import ADMIN, Access, Caller
 from gitmd.auth.gate import Gate
 from gitmd.errors import (
@@ -66,7 +66,8 @@ def _rpc(fn: Method) -> Handler:
     def unary(self: GitmdServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             caller = self.gate.admit(context, fn.__name__)
-            return fn(self, request, context, caller)
+            with self.calls.hold(caller, fn.__name__):  # a worker thread while it runs
+                return fn(self, request, context, caller)
         except GitmdError as e:
             _abort(context, e, fn.__name__)
 
@@ -91,10 +92,13 @@ def _opt(msg: Any, field: str) -> Any:
 
 
 class GitmdServicer(pb_grpc.GitmdServicer):
-    def __init__(self, service: Service, gate: Gate, streams: StreamSlots | None = None) -> None:
+    def __init__(
+        self, service: Service, gate: Gate, streams: StreamSlots | None = None, calls: CallSlots | None = None
+    ) -> None:
         self.svc = service
         self.gate = gate
         self.streams = streams or StreamSlots(16)
+        self.calls = calls or CallSlots(16)
 
     # -- ownership -----------------------------------------------------------------------------
     def _deny(self, caller: Caller, rpc: str, target: str, why: str) -> PermissionDeniedError:

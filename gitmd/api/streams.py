@@ -1,7 +1,15 @@
-"""Open streams (WatchJobs, WatchTelemetry, TraceJob) each hold one of the gRPC server's worker
-threads for as long as they last. Left unbounded, one user's 16 watches took every worker and
-root's `gitmctl status` timed out (hardening issue, item 4). A caller may hold PER_CALLER streams,
-and all callers together at most half the workers, so unary calls always find a thread."""
+"""The gRPC server's worker threads, shared so that no local user can take them all (hardening
+issue, item 4).
+
+Open streams (WatchJobs, WatchTelemetry, TraceJob) each hold a worker for as long as they last.
+Left unbounded, one user's 16 watches took every worker and root's `gitmctl status` timed out. A
+caller may hold PER_CALLER streams, and all callers together at most half the workers.
+
+Unary calls hold a worker while they run: a user's flood of slow calls (explains, traces of a
+capture, listings) held every worker just the same. A caller that is not root and acts for no one
+else (an admin, a scheduler) may have PER_CALLER_CALLS calls in flight, and such callers together
+what the streams leave less RESERVED workers, which stay for root, admins and schedulers: root's
+`gitmctl status` always finds a thread."""
 
 from __future__ import annotations
 
@@ -50,3 +58,45 @@ class StreamSlots:
     def open(self) -> int:
         with self._lock:
             return sum(self._open.values())
+
+
+PER_CALLER_CALLS = 4
+RESERVED = 2  # workers only root, admins and schedulers' calls may take
+
+
+class CallSlots:
+    """Unary calls in flight, per caller and for every unprivileged caller together."""
+
+    def __init__(self, workers: int, per_caller: int = PER_CALLER_CALLS) -> None:
+        self.total = max(1, workers - max(1, workers // 2) - RESERVED)
+        self.per_caller = per_caller
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def hold(self, caller: Caller, rpc: str) -> Iterator[None]:
+        if caller.is_root or caller.acts_for_others:
+            yield  # the reserved workers are theirs; they can only slow themselves
+            return
+        key = caller.name if caller.uid is None else f"uid:{caller.uid}"
+        with self._lock:
+            mine = self._open.get(key, 0)
+            if mine >= self.per_caller:
+                raise ResourceExhaustedError(
+                    f"{rpc}: {caller.name} has {mine} calls in flight, the most one caller may have; "
+                    "wait for one to return"
+                )
+            if sum(self._open.values()) >= self.total:
+                raise ResourceExhaustedError(
+                    f"{rpc}: gitmd is serving {self.total} calls of other users; try again in a moment"
+                )
+            self._open[key] = mine + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._open.get(key, 1) - 1
+                if left:
+                    self._open[key] = left
+                else:
+                    self._open.pop(key, None)

@@ -145,6 +145,11 @@ class CaptureManager:
             for pc in jc.procs.values():
                 pc.ring.close()
 
+    @property
+    def windows_opened(self) -> int:
+        """Windows opened since gitmd started (window ids are handed out one per window, from 1)."""
+        return self._next_window - 1
+
     def job_ids(self) -> list[str]:
         with self._lock:
             return list(self._jobs)

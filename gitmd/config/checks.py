@@ -137,6 +137,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "log_level": _choice(LOG_LEVELS),
         "keep_days": _nonneg_float,
         "audit_max_rows": _int_range(0, 10**9),
+        "max_jobs_per_user": _int_range(1, 100_000),
     },
     "telemetry": {
         "backend": _choice(BACKENDS),

@@ -28,6 +28,9 @@ class DaemonConfig:
     # days are deleted (0: kept forever); the library, trials and experiments are always kept
     keep_days: float = 90.0
     audit_max_rows: int = 1_000_000  # the oldest audit rows beyond this many go (0: no cap)
+    # one user's open jobs (registered or running) at most: a registration beyond is refused
+    # (RESOURCE_EXHAUSTED); each job is a store row, a directory and a ring to watch
+    max_jobs_per_user: int = 128
 
     @property
     def socket_path(self) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmd.config import CaptureConfig
-from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
 from gitmd.jobs.launch_key import default_name, launch_key, owned
@@ -128,10 +128,13 @@ def _row_to_job(r: dict[str, Any]) -> Job:
 
 
 class JobRegistry:
-    def __init__(self, store: Store, runtime_dir: Path, capture: CaptureConfig) -> None:
+    def __init__(
+        self, store: Store, runtime_dir: Path, capture: CaptureConfig, max_per_user: int = 128
+    ) -> None:
         self.store = store
         self.jobs_dir = runtime_dir / "jobs"
         self.capture_cfg = capture
+        self.max_per_user = max_per_user  # daemon.max_jobs_per_user
 
     def register(
         self,
@@ -166,6 +169,15 @@ class JobRegistry:
             raise InvalidArgumentError(f"cwd must be at most {MAX_CWD} characters (a path)")
         if len(key) > 4096 or "\0" in key:
             raise InvalidArgumentError("launch key must be at most 4096 characters without NUL")
+        with self.store.reading() as db:  # before anything is made for the job (one indexed count)
+            open_jobs = db.conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE uid = ? AND state IN ('registered', 'running')", [uid]
+            ).fetchone()[0]
+        if open_jobs >= self.max_per_user:
+            raise ResourceExhaustedError(
+                f"uid {uid} has {open_jobs} open jobs, the most one user may have "
+                "(daemon.max_jobs_per_user); wait for one to end"
+            )
         key = owned(uid, key or launch_key(command, cwd))
         workload_id = resolve(key) if resolve else ""
         job_id = uuid.uuid4().hex[:12]

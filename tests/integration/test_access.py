@@ -379,3 +379,62 @@ def test_tokens_die_with_the_daemon(acc_daemon: Daemon, people: dict[str, Any], 
             pb_grpc.GitmdStub(ch).GetStatus(pb.GetStatusRequest(), timeout=5)
     finally:
         other.stop()
+
+
+_FLOOD = """
+import sys, threading, time
+import grpc
+from gitmd.api.client_auth import open_channel
+from gitmd.api.pb import pb, pb_grpc
+sock, seconds = sys.argv[1], float(sys.argv[2])
+codes = {}
+lock = threading.Lock()
+def hammer():
+    stub = pb_grpc.GitmdStub(open_channel(sock))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            stub.ListJobs(pb.ListJobsRequest(all=True), timeout=10)
+            code = "OK"
+        except grpc.RpcError as e:
+            code = e.code().name
+        with lock:
+            codes[code] = codes.get(code, 0) + 1
+threads = [threading.Thread(target=hammer) for _ in range(32)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(" ".join(f"{k}={v}" for k, v in sorted(codes.items())))
+"""
+
+
+def test_roots_status_answers_within_a_second_while_a_user_floods_gitmd(
+    acc_daemon: Daemon, people: dict[str, Any]
+) -> None:
+    """Hardening issue, item 4 and the issue's test: a user's 32 threads calling as fast as they can
+    held gRPC's workers; root's status must answer within 1 s whatever one user does. The user's
+    calls beyond 4 in flight are refused (RESOURCE_EXHAUSTED), never queued behind root's."""
+    d = acc_daemon
+    flood = subprocess.Popen(
+        as_user(OTHER, [sys.executable, "-c", _FLOOD, str(d.socket), "8"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+    try:
+        time.sleep(2.0)  # the flood is on
+        stub = pb_grpc.GitmdStub(open_channel(d.socket))
+        waits = []
+        for _ in range(10):
+            t0 = time.monotonic()
+            stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.2)
+        out, err = flood.communicate(timeout=60)
+    finally:
+        if flood.poll() is None:
+            flood.kill()
+    assert flood.returncode == 0, err
+    print(f"flood: {out.strip()}; root's GetStatus waits (s): {[round(w, 3) for w in waits]}")
+    assert max(waits) < 1.0, (waits, out)
+    assert "RESOURCE_EXHAUSTED=" in out and "OK=" in out, out

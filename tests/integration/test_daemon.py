@@ -114,8 +114,10 @@ def test_metrics_exporter(daemon_factory: Any) -> None:
     d = daemon_factory(port=port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    assert 'gitm_gpu_sm_clock_mhz{gpu="1"' in text
+    clocks = [x for x in text.splitlines() if x.startswith("gitm_gpu_sm_clock_hertz{")]
+    assert any('gpu="1"' in x and "Hostname=" in x and "UUID=" in x for x in clocks), clocks
     assert 'reason="hw_thermal_slowdown"' in text
+    assert 'gitm_jobs{state="registered"}' in text and "gitm_build_info{" in text
     assert d.stop() == 0
 
 

@@ -94,3 +94,34 @@ def test_a_flood_of_bad_tokens_is_audited_at_a_bounded_rate(tmp_path: Path) -> N
     rows = log.list(limit=10_000)
     assert UNAUTHENTICATED_ROWS_PER_S <= len(rows) <= 3 * UNAUTHENTICATED_ROWS_PER_S
     assert all(r.outcome == "unauthenticated" for r in rows)
+
+
+def test_one_callers_refusals_are_audited_at_a_bounded_rate_and_others_still_are(tmp_path: Path) -> None:
+    """Hardening issue, item 5: refused calls were audited at 1,412 rows/s, a way to fill the disk.
+    A caller's refusals are written at most REFUSED_ROWS_PER_S a second; the rows left out are
+    counted in the next row written for that caller; another caller's refusals are not held back."""
+    import time
+
+    from gitmd.auth.access import Caller
+    from gitmd.auth.gate import REFUSED_ROWS_PER_S, Gate
+    from gitmd.auth.tokens import TokenAuthority
+    from gitmd.store.audit import Audit
+    from gitmd.store.db import Store
+
+    log = Audit(Store(tmp_path / "s.db"))
+    gate = Gate(TokenAuthority(), Access(), log)
+    mallory = Caller("uid 1666 (mallory)", frozenset(), uid=1666)
+    alice = Caller("uid 1001 (alice)", frozenset(), uid=1001)
+    for _ in range(1000):
+        gate.record(mallory, "RevertIntervention", "denied", detail="not hers")
+    gate.record(alice, "GetJob", "denied", detail="not hers")
+    rows = log.list(limit=10_000)
+    theirs = [r for r in rows if r.actor == mallory.name]
+    assert REFUSED_ROWS_PER_S <= len(theirs) <= 3 * REFUSED_ROWS_PER_S
+    assert [r.actor for r in rows].count(alice.name) == 1
+    time.sleep(1.05)  # the next second: the next row says how many were left out
+    gate.record(mallory, "RevertIntervention", "denied", detail="not hers")
+    newest = log.list(limit=1)[0]
+    assert newest.actor == mallory.name and "more refusals of uid 1666 (mallory)" in newest.detail
+    gate.record(mallory, "GetStatus", "ok")  # what succeeds is never held back
+    assert log.list(limit=1)[0].outcome == "ok"

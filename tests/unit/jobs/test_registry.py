@@ -133,3 +133,19 @@ def test_a_huge_unknown_job_id_is_not_echoed_back_whole(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError) as e:
         reg.get("x" * (1 << 20))
     assert len(str(e.value)) < 400
+
+
+def test_one_user_may_have_at_most_max_jobs_per_user_open(tmp_path: Path) -> None:
+    """Hardening issue, item 5: no per-user job limit — each job is a row, a directory and a ring to
+    watch. A user's open jobs beyond daemon.max_jobs_per_user are refused (RESOURCE_EXHAUSTED) before
+    anything is made; another user is not; an ended job frees its place."""
+    from gitmd.errors import ResourceExhaustedError
+
+    reg = JobRegistry(Store(tmp_path / "g.db"), tmp_path / "run", CaptureConfig(), max_per_user=3)
+    me = Registration("j", ("python", "t.py"), "/w", 4001, 4001, capture=False)
+    jobs = [reg.register(me)[0] for _ in range(3)]
+    with pytest.raises(ResourceExhaustedError, match="uid 4001 has 3 open jobs"):
+        reg.register(me)
+    reg.register(Registration("j", ("python", "t.py"), "/w", 4002, 4002, capture=False))  # another user
+    reg.exited(jobs[0].id, 0)
+    reg.register(me)  # one ended: its place is free

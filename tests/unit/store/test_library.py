@@ -295,7 +295,8 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
     before = [m for m in bundled_migrations() if m.version < 19]
     s = Store(path, before)
     s.conn.execute(
-        "INSERT INTO workloads (id, name, signature, first_seen_ns, last_seen_ns) VALUES ('w1', 't', '{}', 1, 1)"
+        "INSERT INTO workloads (id, name, signature, first_seen_ns, last_seen_ns) "
+        "VALUES ('w1', 't', '{}', 1, 1)"
     )
     for jid, uid, t in (("j1", 1000, 1), ("j2", 2000, 2)):
         s.conn.execute(
@@ -303,8 +304,8 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
             "VALUES (?, 't', '[]', '/', ?, ?, 'exited', ?, 'python /w/t.py', 'w1')",
             [jid, uid, uid, t],
         )
-    s.conn.execute("INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES ('python /w/t.py', 'w1', 1)")
-    s.conn.execute("INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES ('orphan', 'w1', 1)")
+    for key in ("python /w/t.py", "orphan"):
+        s.conn.execute("INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, 'w1', 1)", [key])
     s.close()
     s = Store(path)
     assert s.conn.execute("SELECT owner_uid FROM workloads WHERE id = 'w1'").fetchone()[0] == 1000
