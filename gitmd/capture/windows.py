@@ -34,6 +34,9 @@ from gitmd.records import ProcessWindow, WindowResult
 
 log = logging.getLogger(__name__)
 
+# a job's processes captured at most (ring files beyond are ignored, and said once): a job's folder
+# is its user's to fill, and each new file is opened at every discovery until it is ready
+MAX_RINGS_PER_JOB = 256
 CAP_POLL_S = 0.05  # how often a window with a record cap reads its processes' counters
 # a capped window lasts at least this long: the Granger tests of host contention need 20 bins of
 # the 25-ms context samples (gitmd/analysis/causality.py), and the window's open takes ~20 ms
@@ -110,6 +113,7 @@ class JobCapture:
     last: WindowResult | None = None
     next_due_mono: float = 0.0  # the duty cycle's next window for this job
     period_s: float = 0.0
+    too_many: bool = False  # more ring files than MAX_RINGS_PER_JOB were seen (said once)
 
 
 class CaptureManager:
@@ -165,14 +169,24 @@ class CaptureManager:
             owner = os.lstat(jc.directory).st_uid  # the job's user (gitmd made it so, mode 0700)
         except OSError:
             return
-        for entry in entries:
+        fresh = [
+            e
+            for e in entries
+            if e.name.startswith("ring-") and e.name.endswith(".gitm") and e.name not in jc.procs
+            and e.name not in jc.bad
+        ]  # fmt: skip
+        room = MAX_RINGS_PER_JOB - len(jc.procs)
+        if len(fresh) > room:  # 20,000 empty ring files made every GetJob take 13 s (hardening, item 4)
+            if not jc.too_many:
+                jc.too_many = True
+                log.warning(
+                    "capture: job %s's folder holds %d ring files not yet mapped; at most %d processes "
+                    "of a job are captured, the rest ignored",
+                    jc.job_id, len(fresh) + len(jc.procs), MAX_RINGS_PER_JOB,
+                )  # fmt: skip
+            fresh = sorted(fresh, key=lambda e: e.name)[: max(0, room)]
+        for entry in fresh:
             name = entry.name
-            if (
-                not (name.startswith("ring-") and name.endswith(".gitm"))
-                or name in jc.procs
-                or name in jc.bad
-            ):
-                continue
             if not entry.is_file(follow_symlinks=False):
                 jc.bad.add(name)
                 log.warning("capture: %s is not a regular file; ignored", entry.path)

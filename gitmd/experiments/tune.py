@@ -25,6 +25,9 @@ from gitmd.levers.registry import CATALOG
 from gitmd.store.library import check_env
 
 MAX_TRIALS = 200
+MAX_NOTES = 64  # checks and failures of one lever
+MAX_NOTE_CHARS = 500
+MAX_JOB_ID_CHARS = 64
 MAX_SETTING_CHARS = 1000
 
 
@@ -74,4 +77,11 @@ def tune_lever(t: TunedLever) -> tuple[EnvLever, tuple[list[float], list[float]]
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"{t.lever}: bad setting {t.setting}: {e}") from None
     check_env(env, t.lever)
+    # what is stored with the experiment stays small whatever a client sends (tune records of 160 MB
+    # in 2 s, hardening issue, item 5): a few short notes, short job ids
+    notes = [*t.checked, *t.failures]
+    if len(notes) > MAX_NOTES or any(not isinstance(x, str) for x in notes):
+        raise InvalidArgumentError(f"{t.lever}: at most {MAX_NOTES} checks and failures, each a string")
+    if any(len(str(jid)) > MAX_JOB_ID_CHARS for _, _, jid in t.trials):
+        raise InvalidArgumentError(f"{t.lever}: a trial's job id is at most {MAX_JOB_ID_CHARS} characters")
     return lever, t.pairs()

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from gitmd.errors import GitmdError
 from gitmd.loop.attribute import Attribute
 from gitmd.loop.choose import Choose
 from gitmd.loop.deps import Deps
@@ -35,6 +37,8 @@ from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
 
 log = logging.getLogger(__name__)
+WINDOW_WORKERS = 4  # capture windows open at once, all jobs together
+WINDOWS_PER_USER = 2  # ... of one user's jobs (the others always find a worker)
 
 
 class Loop:
@@ -49,7 +53,13 @@ class Loop:
         self.choose = Choose(d, self.pub, self.attribute, self.targets, self.trials)
         self.launch = Launch(d, self.pub, self.observe, self.targets, self.trials)
         self.exits = Exits(d, self.pub, self.trials, self.attribute)
-        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="window")
+        self.pool = ThreadPoolExecutor(max_workers=WINDOW_WORKERS, thread_name_prefix="window")
+        # windows queued or open per job owner: one user's unresponsive rings held all four workers
+        # and delayed another user's live policy by 3 minutes (hardening issue, item 4)
+        self._windows_of: dict[int, int] = {}
+        self._owner: dict[str, tuple[int, int]] = {}  # job id -> (its uid, its windows queued or open)
+        self.windows_per_user = WINDOWS_PER_USER
+        self._windows_lock = threading.Lock()
 
     def tick(self) -> None:
         """The duty tick: a window for every job that is due one (each in the window pool)."""
@@ -63,7 +73,37 @@ class Loop:
             if self.known.window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
                 self.pool.submit(functools.partial(self.known.apply, window_free=True), job_id)
             if not paused and self.observe.wants_window(job_id):
-                self.pool.submit(self.run_window, job_id)
+                self.submit_window(job_id)
+
+    def submit_window(self, job_id: str) -> bool:
+        """A window for the job in the pool, unless its user has WINDOWS_PER_USER queued or open
+        already (then the next tick tries again): no user's jobs take every window worker."""
+        try:
+            uid = self.d.jobs.get(job_id).uid
+        except GitmdError:
+            return False
+        with self._windows_lock:
+            if self._windows_of.get(uid, 0) >= self.windows_per_user:
+                return False
+            self._windows_of[uid] = self._windows_of.get(uid, 0) + 1
+            self._owner[job_id] = (uid, self._owner.get(job_id, (uid, 0))[1] + 1)
+        self.pool.submit(self.counted_window, job_id)
+        return True
+
+    def counted_window(self, job_id: str) -> None:
+        """run_window, its place among its user's windows given back when it is done."""
+        try:
+            self.run_window(job_id)
+        finally:
+            with self._windows_lock:
+                uid, n = self._owner.pop(job_id, (-1, 0))
+                if n > 1:
+                    self._owner[job_id] = (uid, n - 1)
+                left = self._windows_of.get(uid, 1) - 1
+                if left > 0:
+                    self._windows_of[uid] = left
+                else:
+                    self._windows_of.pop(uid, None)
 
     def set_pause(self, paused: bool, by: str, reason: str = "") -> None:
         """`gitmctl pause`: no capture window and no new trial from now on, and the live trials
@@ -106,7 +146,7 @@ class Loop:
             if self.observe.end_if_done(job_id):
                 return  # observed enough: no window again
         if self.observe.full_window_now(job_id, probe):
-            self.pool.submit(self.run_window, job_id)
+            self.submit_window(job_id)
 
     def shutdown(self) -> None:
         """The window pool stopped (the facade has ended the live trials first: Trials.shutdown)."""

@@ -11,7 +11,7 @@ from gitmd.errors import InvalidArgumentError
 from gitmd.experiments.decide import Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.live import Experiment, decision_json
-from gitmd.experiments.tune import TunedLever, tune_lever
+from gitmd.experiments.tune import MAX_NOTE_CHARS, TunedLever, tune_lever
 from gitmd.levers.base import Lever
 from gitmd.levers.launch_env import EnvLever
 from gitmd.levers.registry import CATALOG
@@ -44,7 +44,9 @@ def record_tune(
     exps: list[Experiment] = []
     best: tuple[float, Experiment, Lever, Decision] | None = None
     for t, lever, (a, b) in checked:
-        verdict = Verdict(not t.failures, tuple(t.failures), tuple(t.checked), t.numbers_checked)
+        failures = tuple(x[:MAX_NOTE_CHARS] for x in t.failures)  # stored: kept short (tune.MAX_NOTES)
+        checks = [x[:MAX_NOTE_CHARS] for x in t.checked]
+        verdict = Verdict(not failures, failures, tuple(checks), t.numbers_checked)
         dec = decide(a, b, verdict, lever.risk, gain, paired=True)
         arms = [
             {"arm": arm, "window_id": 0, "step_ms": value, "at_ns": time.time_ns(), "job_id": jid}
@@ -52,7 +54,7 @@ def record_tune(
         ]
         e = d.experiments.record(
             job.id, lever, "tune", "promoted" if dec.promote else "reverted", arms,
-            {**decision_json(dec), "metric": metric, "checked": list(t.checked)},
+            {**decision_json(dec), "metric": metric[:MAX_NOTE_CHARS], "checked": checks},
         )  # fmt: skip
         exps.append(e)
         if dec.promote and dec.interval is not None and (best is None or dec.interval.speedup > best[0]):

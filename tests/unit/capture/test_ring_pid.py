@@ -80,3 +80,31 @@ def test_the_process_that_maps_its_ring_is_taken(tmp_path: Path, write_ring: Cal
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_a_folder_full_of_empty_ring_files_costs_a_bounded_scan(tmp_path: Path) -> None:
+    """Hardening issue, item 4: 20,000 empty ring files in a job's folder made every GetJob take 13 s
+    (each one opened at every discovery). At most MAX_RINGS_PER_JOB are considered, said once."""
+    import gitmd.capture.windows as windows
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    for i in range(3000):
+        (job_dir / f"ring-{100000 + i}-1.gitm").touch()
+    cm = CaptureManager(abi.load(), ("kernel",), 250)
+    cm.track("j", job_dir)
+    opened: list[str] = []
+    real = windows.Ring
+
+    def counting(path: str, *a: object, **kw: object) -> object:
+        opened.append(path)
+        return real(path, *a, **kw)  # type: ignore[arg-type]
+
+    windows.Ring = counting  # type: ignore[assignment,misc]
+    try:
+        assert not cm.observable("j")
+    finally:
+        windows.Ring = real  # type: ignore[misc]
+    assert len(opened) == windows.MAX_RINGS_PER_JOB
+    jc = cm.get("j")
+    assert jc is not None and jc.too_many

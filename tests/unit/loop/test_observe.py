@@ -92,6 +92,7 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     earlier_run("short", settle)  # one of its runs was short: it may be again
     submitted: list[str] = []
     svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.windows_per_user = 100  # the windows submitted here never run (and never give back their place)
     young = launch("long", 1.0)
     first = launch("first", 1.0)
     short = launch("short", 1.0)
@@ -393,3 +394,27 @@ def test_windows_without_kernels_neither_end_the_observation_nor_count_as_a_caus
     shown.append(windows[2])  # the kernels come again
     svc.loop.run_window(view.job.id)
     assert st.evidence == 2 and len(chosen) == 2 and not st.observed
+
+
+def test_one_users_jobs_never_take_every_window_worker(tmp_path: Path) -> None:
+    """Hardening issue, item 4: four window workers were shared by all, and one user's six
+    unresponsive rings delayed another user's live policy by 3 minutes. A user's jobs have at most
+    WINDOWS_PER_USER windows queued or open; another user's job still gets one; a window done gives
+    its place back."""
+    import gitmd.loop as loop_mod
+
+    svc = make_service(tmp_path)
+    mine = [
+        svc.register_job(Registration(f"m{i}", ("prog",), "/", 5001, 5001, capture=False))[0].job.id
+        for i in range(3)
+    ]
+    theirs = svc.register_job(Registration("t", ("prog",), "/", 5002, 5002, capture=False))[0].job.id
+    queued: list[tuple[Any, str]] = []
+    svc.loop.pool.submit = lambda fn, job_id: queued.append((fn, job_id))  # type: ignore[method-assign,assignment,misc]
+    ran: list[str] = []
+    svc.loop.run_window = ran.append  # type: ignore[method-assign,assignment]
+    assert [svc.loop.submit_window(j) for j in mine] == [True] * loop_mod.WINDOWS_PER_USER + [False]
+    assert svc.loop.submit_window(theirs)  # another user's job is not held back
+    fn, job_id = queued.pop(0)
+    fn(job_id)  # one of mine done: its place is free again
+    assert ran == [mine[0]] and svc.loop.submit_window(mine[2])
