@@ -12,7 +12,8 @@ from gitmd import __version__, config, logs
 from gitmd.errors import ConfigError, GitmdError
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """gitmd's argument parser (tools/manpages.py documents it: gitmd(8))."""
     p = argparse.ArgumentParser(
         prog="gitmd",
         description="gitmd: the host daemon that owns this host's GPUs (telemetry, capture, tuning).",
@@ -33,7 +34,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-level", choices=config.LOG_LEVELS, help="overrides daemon.log_level")
     p.add_argument("--check-config", action="store_true", help="validate the config, print it, and exit")
     p.add_argument("--version", action="version", version=f"gitmd {__version__}")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def build_config(args: argparse.Namespace) -> config.Config:

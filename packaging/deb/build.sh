@@ -2,7 +2,8 @@
 # Build gitmd_<version>_amd64.deb with dpkg-deb: the application in its own virtual environment
 # under /opt/gitmd/venv (made with the system's /usr/bin/python3, which the package depends on),
 # /usr/bin/gitmd and /usr/bin/gitmctl, the systemd unit + tmpfiles + sysusers, the default config
-# as a conffile, and maintainer scripts. Run through `make deb` (which generates the protobuf code).
+# as a conffile, maintainer scripts, man pages gitmd(8) and gitmctl(1), gitmctl's bash completion and
+# the machine-readable copyright file. Run through `make deb` (which generates the protobuf code).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${DEB_OUT:-build/deb}
@@ -20,10 +21,20 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE"
 "$SYS_PY" -m venv "$STAGE$VENV"
 "$STAGE$VENV/bin/python" -m pip install -q --no-compile --disable-pip-version-check -c constraints.txt .
-"$STAGE$VENV/bin/python" -m pip uninstall -q -y pip
+# Build-time tools only: pip and setuptools (pkg_resources, the distutils hack) are never imported at
+# run time. The test suites the bundled packages carry (numpy, scipy, pandas, statsmodels: ~60 MB, see
+# docs/operations.md#package-size) are not run here either.
+"$STAGE$VENV/bin/python" -m pip uninstall -q -y setuptools pip
+find "$STAGE$VENV/lib" -type d -name tests -path '*/site-packages/*' -prune -exec rm -rf {} +
 # The venv was made at its staging path: point scripts and config at the installed path.
 { grep -rlI --null "$PWD/$STAGE" "$STAGE$VENV" || true; } | xargs -0 -r sed -i "s|$PWD/$STAGE||g"
 { grep -rlI --null "$STAGE" "$STAGE$VENV" || true; } | xargs -0 -r sed -i "s|$STAGE||g"
+# Man pages and completion, generated from the argparse parsers (tools/manpages.py, tools/completion.py)
+# by the staged environment's Python: what the package ships documents what it runs.
+GEN=$OUT/$PKG.generated
+rm -rf "$GEN" && mkdir -p "$GEN"
+PYTHONDONTWRITEBYTECODE=1 "$STAGE$VENV/bin/python" tools/manpages.py --out "$GEN"
+PYTHONDONTWRITEBYTECODE=1 "$STAGE$VENV/bin/python" tools/completion.py --output "$GEN/gitmctl.bash"
 find "$STAGE" -name __pycache__ -prune -exec rm -rf {} +
 
 install -d "$STAGE/usr/bin" "$STAGE/lib/systemd/system" "$STAGE/usr/lib/sysusers.d" "$STAGE/usr/lib/tmpfiles.d" \
@@ -42,6 +53,13 @@ install -m 0644 packaging/systemd/gitmd.sysusers "$STAGE/usr/lib/sysusers.d/gitm
 install -m 0644 packaging/systemd/gitmd.tmpfiles "$STAGE/usr/lib/tmpfiles.d/gitmd.conf"
 install -m 0644 packaging/gitmd.toml "$STAGE/etc/gitmd/gitmd.toml"
 install -m 0644 README.md "$STAGE/usr/share/doc/gitmd/README.md"
+install -m 0644 packaging/deb/copyright "$STAGE/usr/share/doc/gitmd/copyright"
+install -d "$STAGE/usr/share/man/man8" "$STAGE/usr/share/man/man1" "$STAGE/usr/share/bash-completion/completions"
+gzip -9n -c "$GEN/gitmd.8" > "$STAGE/usr/share/man/man8/gitmd.8.gz"
+gzip -9n -c "$GEN/gitmctl.1" > "$STAGE/usr/share/man/man1/gitmctl.1.gz"
+chmod 0644 "$STAGE/usr/share/man/man8/gitmd.8.gz" "$STAGE/usr/share/man/man1/gitmctl.1.gz"
+install -m 0644 "$GEN/gitmctl.bash" "$STAGE/usr/share/bash-completion/completions/gitmctl"
+rm -rf "$GEN"
 cp -r docs "$STAGE/usr/share/doc/gitmd/docs" && chmod -R u=rwX,go=rX "$STAGE/usr/share/doc/gitmd/docs"
 [ -f shim/build/libgitm_shim.so ] && install -D -m 0755 shim/build/libgitm_shim.so "$STAGE/usr/lib/gitmd/libgitm_shim.so"
 [ -f shim/build/libgitm_guard.so ] && install -D -m 0755 shim/build/libgitm_guard.so "$STAGE/usr/lib/gitmd/libgitm_guard.so"
