@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from typing import Any
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
             *([("loop", j.phase)] if j.phase else []),
             *([("crash", j.crash)] if j.crash else []),
             *([("run", f"{j.run_s:.1f} s by its own clock (CUDA start to exit)")] if j.run_s else []),
+            *([("gitmd's cost", cost_line(j.cost_json))] if j.cost_json else []),
             ("command", shlex.join(j.command)),
             ("cwd", j.cwd or "-"),
             ("capture", ("on, " + j.runtime_dir) if j.capture else "off"),
@@ -151,3 +153,23 @@ def _check(c: Any) -> str:
     if c.kind == "output_file":
         return f"{c.path} ({c.compare}{f' rtol {c.rtol:g}' if c.compare == 'numeric' else ''})"
     return c.kind
+
+
+def cost_line(cost_json: str) -> str:
+    """What gitmd cost the run, in one line: its share, then what it is made of."""
+    try:
+        c = json.loads(cost_json)
+    except ValueError:
+        return cost_json[:200]
+    share = "share not known" if c.get("share") is None else f"{100 * c['share']:.1f}% of the run"
+    arm = c.get("trial_arm_s")
+    trial = (
+        ""
+        if arm == 0
+        else (", its launch-trial arm not measured" if arm is None else f", its trial arm {arm:.2f} s")
+    )
+    return (
+        f"{share}: {c.get('windows', 0)} windows ({c.get('window_s', 0):.1f} s, "
+        f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model), losing trial arms "
+        f"{c.get('losing_arms_s', 0):.2f} s{trial}"
+    )

@@ -113,6 +113,7 @@ def job_to_pb(view: JobView) -> Any:
         run_s=j.run_s or 0.0,
         crash=j.crash,
         phase=j.phase,
+        cost_json=j.cost,
     )
     for c in j.contract.checks:
         msg.contract.checks.add(

@@ -67,6 +67,7 @@ class Job:
     run_s: float | None = None
     crash: str = ""
     phase: str = ""  # the loop's phase (gitmd/loop/state.py), as last written
+    cost: str = ""  # what gitmd cost its run (JSON, gitmd/loop/cost.py); "" : not known
 
     @property
     def user(self) -> str:
@@ -124,6 +125,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         run_s=r.get("run_s"),
         crash=r.get("crash") or "",
         phase=r.get("phase") or "",
+        cost=r.get("cost") or "",
     )
 
 
@@ -341,18 +343,23 @@ class JobRegistry:
         steps: str = "",
         run_s: float | None = None,
         crash: str = "",
+        cost: str = "",
     ) -> Job:
         """The job ended: its state, exit code and what its run came to (windows, policy, steps, its
         length by its own clock, a crash that may be gitmd's)."""
         job = self.get(job_id)
         if job.id != job_id:
             raise NotFoundError(f"no job with id {job_id!r}")
+        values = {"state": state, "ended": time.time_ns(), "code": exit_code, "windows": windows,
+                  "policy": policy_id, "steps": steps, "run_s": run_s, "crash": crash, "cost": cost,
+                  "id": job_id}  # fmt: skip
         with self.store.transaction() as db:
             db.execute(
-                "UPDATE jobs SET state = ?, ended_ns = ?, exit_code = ?, windows = ?, policy_id = ?, "
-                "steps = ?, run_s = COALESCE(?, run_s), crash = CASE WHEN ? = '' THEN crash ELSE ? END "
-                "WHERE id = ?",
-                [state, time.time_ns(), exit_code, windows, policy_id, steps, run_s, crash, crash, job_id],
+                "UPDATE jobs SET state = :state, ended_ns = :ended, exit_code = :code, windows = :windows, "
+                "policy_id = :policy, steps = :steps, run_s = COALESCE(:run_s, run_s), "
+                "crash = CASE WHEN :crash = '' THEN crash ELSE :crash END, "
+                "cost = CASE WHEN :cost = '' THEN cost ELSE :cost END WHERE id = :id",
+                values,
             )
         if job.runtime_dir:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from gitmd.jobs.registry import Job
 from gitmd.loop.attribute import Attribute
+from gitmd.loop.cost import run_cost
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
 from gitmd.loop.trials import Trials
@@ -90,7 +91,8 @@ class Exits:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)
         out = self.outcome(job_id)
-        view = self.ended(d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, **out))
+        cost = self.cost(job_id, run_s, out["windows"])
+        view = self.ended(d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, **out))
         job = view.job
         if exit_code == 0 and not job.capture and d.crashes.clear(job.workload_id, job.launch_key):
             log.info("job %s (%s) ran clean without gitmd's capture: capture resumes for its program",
@@ -128,7 +130,9 @@ class Exits:
             self.trials.run_ended(job.id, None, {}, None, "")
             if d.capture is not None:
                 self.untrack(job.id)
-            lost = d.jobs.exited(job.id, LOST_EXIT_CODE, state="lost", **self.outcome(job.id))
+            out = self.outcome(job.id)
+            cost = self.cost(job.id, None, out["windows"])
+            lost = d.jobs.exited(job.id, LOST_EXIT_CODE, state="lost", cost=cost, **out)
             self.pub.publish("lost", self.ended(lost))
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
@@ -162,6 +166,19 @@ class Exits:
             "policy_id": (st.policy_id if st is not None else 0) or job.policy_id,
             "steps": json.dumps(dataclasses.asdict(steps)) if steps is not None else job.steps,
         }
+
+    def cost(self, job_id: str, run_s: float | None, windows: int) -> str:
+        """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end."""
+        try:
+            cost = run_cost(self.d, job_id, run_s, windows)
+        except Exception:
+            log.exception("what gitmd cost job %s could not be worked out", job_id)
+            return ""
+        if cost:
+            doc = json.loads(cost)
+            if doc.get("share") is not None:
+                log.info("job %s: gitmd cost its run %.1f%% (%s)", job_id, 100 * doc["share"], cost)
+        return cost
 
     def ended(self, job: Job) -> JobView:
         """An ended job's view, from the store; what memory held of it is dropped (a daemon that runs

@@ -246,6 +246,11 @@ class Observe:
                 st.steady = True
         if st.steady and has_kernels(window):
             st.evidence += 1
+        window_s = max(0.0, (window.end_real_ns - window.start_real_ns) / 1e9)
+        kernels = sum(len(p.records.kernels) for p in window.processes)
+        st.window_s += window_s
+        model = duty.slowdown_in_window(kernels, window_s, d.config.capture.launch_cost_us)
+        st.window_model_s += window_s * min(1.0, model)
         if steps is not None:
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)

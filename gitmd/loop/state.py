@@ -72,6 +72,8 @@ class JobState:
     # kernel records that came too late for the window (H200 2026-12-03: a window of 2,159 syncs and
     # no kernel ended a job's observation, and with it the live trial its sync stall called for)
     evidence: int = 0
+    window_s: float = 0.0  # its capture windows' seconds, all of them (duty and trial windows)
+    window_model_s: float = 0.0  # what they cost it by gitmd's launch-cost model (capture/duty.py)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs only)
     phase: Phase | None = None  # as last written to the store
     phase_lock: threading.Lock = field(default_factory=threading.Lock)

@@ -1,0 +1,65 @@
+"""What gitmd cost a run (convergence issue, item 3), kept with the ended job (`gitmctl job`):
+
+- ``window_s``: its capture windows' seconds, and ``capture_model_s`` what they cost it by gitmd's
+  launch-cost model (capture/duty.py: kernels launched x capture.launch_cost_us; an upper bound that
+  assumes the job is launch-bound) — a model, not a measurement;
+- ``losing_arms_s``: measured — each treatment window of a live trial that was not kept, its step
+  against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
+- ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
+  the run's own clock, when slower (null when there are no plain runs to compare with);
+- ``share``: their sum over the run's length (null when its length is not known).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+from gitmd.loop.deps import Deps
+
+KEPT = ("promoted",)
+
+
+def losing_arms_s(experiments: list[Any], window_s: float) -> float:
+    """Seconds the treatment windows of trials that were not kept cost the run (measured)."""
+    lost = 0.0
+    for e in experiments:
+        if e.state in KEPT or e.cause == "tune":  # a kept lever's windows were faster; tune: other runs
+            continue
+        base = [float(a["step_ms"]) for a in e.arms if a.get("arm") == "A" and a.get("step_ms")]
+        if not base:
+            continue
+        a_ms = statistics.median(base)
+        for arm in e.arms:
+            b_ms = float(arm.get("step_ms") or 0)
+            if arm.get("arm") == "B" and b_ms > a_ms > 0:
+                lost += window_s * (1 - a_ms / b_ms)
+    return lost
+
+
+def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
+    """The ending job's cost record (JSON), from what the loop holds of it and the store."""
+    st = d.states.get(job_id)
+    if st is None:
+        return ""
+    job = d.jobs.get(job_id)
+    arms = losing_arms_s(d.experiments.of_job(job_id), d.config.capture.window_duration_s)
+    trial_arm: float | None = 0.0
+    if st.trial_id is not None:
+        trial = next((t for t in d.launch_trials.of_workload(job.workload_id) if t.id == st.trial_id), None)
+        arm = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), None) if trial else None
+        if arm == "B":
+            plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
+            trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
+    known = st.window_model_s + arms + (trial_arm or 0.0)
+    doc: dict[str, Any] = {
+        "windows": windows,
+        "window_s": round(st.window_s, 3),
+        "capture_model_s": round(st.window_model_s, 3),
+        "losing_arms_s": round(arms, 3),
+        "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
+        "run_s": run_s,
+        "share": round(known / run_s, 4) if run_s else None,
+    }
+    return json.dumps(doc, sort_keys=True)

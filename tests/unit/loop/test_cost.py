@@ -1,0 +1,51 @@
+"""What gitmd cost a run (gitmd/loop/cost.py), kept with the ended job (convergence issue, item 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+from gitmctl.commands.job import cost_line
+from gitmd.capture import capture_file
+from gitmd.jobs.registry import Registration
+from gitmd.loop.cost import losing_arms_s
+from tests.unit.loop.helpers import PLANTED, make_service
+
+
+def arms(*steps: tuple[str, float]) -> list[dict[str, object]]:
+    return [{"arm": a, "step_ms": ms, "window_id": i} for i, (a, ms) in enumerate(steps)]
+
+
+def test_losing_arms_cost_what_their_windows_lost_against_the_baseline() -> None:
+    lost = SimpleNamespace(
+        state="reverted", cause="sync_stall", arms=arms(("A", 10), ("B", 12.5), ("B", 12.5), ("A", 10))
+    )
+    kept = SimpleNamespace(state="promoted", cause="sync_stall", arms=arms(("A", 10), ("B", 8)))
+    faster_but_not_kept = SimpleNamespace(
+        state="reverted", cause="allocator", arms=arms(("A", 10), ("B", 9.9))
+    )
+    tune = SimpleNamespace(state="reverted", cause="tune", arms=arms(("A", 10), ("B", 20)))
+    assert abs(losing_arms_s([lost], 1.0) - 2 * (1 - 10 / 12.5)) < 1e-9
+    assert losing_arms_s([kept, faster_but_not_kept, tune], 1.0) == 0.0
+
+
+def test_an_ended_job_keeps_what_gitmd_cost_it(tmp_path: Path) -> None:
+    """Its windows' seconds and their modelled cost, the losing arms (measured), and the share of
+    the run — null when the run's length is not known, never a guess."""
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    window = capture_file.loads((PLANTED.parent / "late-kernels" / "3.npz").read_bytes())
+    svc.loop.observe.after_window(dataclasses.replace(window, job_id=job_id))
+    st = svc.states.of(job_id)
+    assert st.window_s > 1.0 and 0 < st.window_model_s < st.window_s
+    ended = svc.report_exit(job_id, 0)
+    cost = json.loads(ended.job.cost)
+    assert cost["window_s"] > 1.0 and cost["losing_arms_s"] == 0.0 and cost["trial_arm_s"] == 0.0
+    assert cost["share"] is None  # no run length by its own clock here: not known, not guessed
+    line = cost_line(ended.job.cost)
+    assert line.startswith("share not known:") and "gitmd's capture model" in line
+    assert cost_line(json.dumps({**cost, "share": 0.012, "trial_arm_s": None})).startswith("1.2% of the run")
