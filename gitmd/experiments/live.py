@@ -143,6 +143,15 @@ class ExperimentStore:
             raise KeyError(eid)
         return _exp(rows[0])
 
+    def lever_record(self) -> dict[str, tuple[int, int]]:
+        """Each lever's live trials on this host, tune's left out: (promoted, decided)."""
+        with self.store.reading() as db:
+            rows = db.conn.execute(
+                "SELECT lever, SUM(state = 'promoted'), SUM(state IN ('promoted', 'reverted')) "
+                "FROM experiments WHERE cause != 'tune' GROUP BY lever"
+            )
+            return {str(lv): (int(p or 0), int(n or 0)) for lv, p, n in rows}
+
     def of_job(self, job_id: str) -> list[Experiment]:
         with self.store.reading() as db:
             return [

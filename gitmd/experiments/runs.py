@@ -119,6 +119,15 @@ class LaunchTrials:
                 )
             ]
 
+    def lever_record(self) -> dict[str, tuple[int, int]]:
+        """Each lever's launch trials on this host: (promoted, decided), all workloads together."""
+        with self.store.reading() as db:
+            rows = db.conn.execute(
+                "SELECT lever, SUM(state = 'promoted'), SUM(state IN ('promoted', 'reverted')) "
+                "FROM launch_trials GROUP BY lever"
+            )
+            return {str(lv): (int(p or 0), int(n or 0)) for lv, p, n in rows}
+
     def running(self, workload_id: str) -> LaunchTrial | None:
         return next((t for t in self.of_workload(workload_id) if t.state == "running"), None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport
 from gitmd.errors import GitmdError
 from gitmd.jobs.registry import Job
@@ -18,6 +19,13 @@ from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
 
 log = logging.getLogger(__name__)
+
+
+def likelihood(record: tuple[int, int] | None) -> float:
+    """How likely a lever's trial is to be kept, from its record on this host (promoted, decided):
+    Laplace's rule, 0.5 for a lever never decided here."""
+    kept, decided = record or (0, 0)
+    return (kept + 1) / (decided + 2)
 
 
 class Choose:
@@ -76,7 +84,9 @@ class Choose:
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
         st.tried |= {e.lever for e in d.experiments.of_job(job_id)}
         skipped = []
-        for name in top.levers:
+        record = d.experiments.lever_record()
+        # the cause's levers, the likeliest to be kept here first (their record on this host)
+        for name in sorted(top.levers, key=lambda n: -likelihood(record.get(n))):
             if name not in cfg.live_levers:
                 skipped.append(f"{name} not in experiments.live_levers")
                 continue
@@ -149,6 +159,8 @@ class Choose:
         earlier = self.attribute.earlier_causes(job, report)
         skipped: list[str] = []
         seen = False
+        record = d.launch_trials.lever_record()
+        best: tuple[float, float, Cause, EnvLever] | None = None
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier:
                 continue
@@ -156,6 +168,7 @@ class Choose:
             if cause.name in live_on:
                 skipped.append(f"{cause.name}: a live trial on it runs")
                 continue
+            predicted = 1 / (1 - cause.share) if cause.share < 1 else 0.0
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
                     continue
@@ -168,17 +181,23 @@ class Choose:
                 if lever.risk is Risk.NUMERICS and not reported:
                     skipped.append(f"{name}: changes numerics and the contract compares none")
                     continue  # its numbers could not be compared across runs (payloads come per window)
-                predicted = 1 / (1 - cause.share) if cause.share < 1 else 0.0
-                t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling, predicted)
-                if t is not None:
-                    log.info(
-                        "workload %s: %s costs %.0f%% of run %s (at most %.0f%%); its next launches try %s "
-                        "(launch trial %d)", job.workload_id, cause.name, 100 * cause.share, job_id,
-                        100 * cause.ceiling, lever.describe(), t.id,
-                    )  # fmt: skip
-                    return ""
-                skipped.append(f"{name}: not planned")
-                return "; ".join(skipped)
+                # what it is expected to give: the gain attribution predicts, as likely as this
+                # lever's launch trials on this host were kept (each trial costs the same runs)
+                expected = 1 + max(0.0, predicted - 1) * likelihood(record.get(name))
+                if best is None or expected > best[0]:
+                    best = (expected, predicted, cause, lever)
+        if best is not None:
+            expected, predicted, cause, lever = best
+            t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling, predicted)
+            if t is None:
+                return f"{lever.name}: not planned"
+            log.info(
+                "workload %s: %s costs %.0f%% of run %s (at most %.0f%%); its next launches try %s "
+                "(launch trial %d; predicted %.2fx, expected %.2fx by its record here)",
+                job.workload_id, cause.name, 100 * cause.share, job_id, 100 * cause.ceiling,
+                lever.describe(), t.id, predicted, expected,
+            )  # fmt: skip
+            return ""
         if not seen:
             return self.no_cause(report, earlier)
         return "; ".join(skipped) or "every launch lever for its causes was tried on this workload"

@@ -321,3 +321,35 @@ def test_why_nothing_was_tried_is_said(tmp_path: Path) -> None:
     assert choose.live(job_id) == "sync_stall: sched_priority has nothing to act on"
     st.observed = True
     assert choose.live(job_id) == "its observation has ended"
+
+
+def test_the_lever_likeliest_to_pay_is_tried_first(tmp_path: Path) -> None:
+    """Convergence issue, item 5: the order in which levers are tried uses what is expected of them —
+    the gain attribution predicts, as likely as the lever's trials on this host were kept (Laplace's
+    rule over its record). An allocator cause selects four launch levers; the one whose trials here
+    were kept goes first, not the first in the table."""
+    from gitmd.levers.registry import make as make_lever
+    from gitmd.loop.choose import likelihood
+
+    assert likelihood(None) == 0.5 and likelihood((0, 3)) == 0.2 and likelihood((2, 2)) == 0.75
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    history = (
+        ("w1", "alloc_expandable_segments", "reverted"),
+        ("w2", "alloc_expandable_segments", "reverted"),
+        ("w3", "alloc_keep_cache", "promoted"),
+    )
+    for other, lever, state in history:  # other workloads' trials on this host
+        t = svc.trials.plan(other, make_lever(lever), "allocator")
+        assert t is not None
+        svc.trials.end(t, state, {})
+    assert svc.trials.lever_record()["alloc_expandable_segments"] == (0, 2)
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(reg)
+    svc.states.of(view.job.id).steady = True
+    assert LEVERS["allocator"][0] == "alloc_expandable_segments"  # first in the table
+    for n in (1, 2):
+        shows(svc, n, [Cause("allocator", 1e6, 0.4, 0.7, ("x",), LEVERS["allocator"], True)])
+        svc.loop.choose.launch(view.job.id)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "alloc_keep_cache"
