@@ -149,6 +149,19 @@ class Daemon:
                     id=DUTY_JOB_ID,
                 )
             self._on_stop("watchers", self.service.shutdown)
+            if cfg.fleet.url:  # the fleet library: its own thread, never on a registration's path
+                from gitmd.fleet import FleetSync
+
+                fleet = FleetSync(cfg.fleet, library, gpus[0].name if gpus else "", backend.driver_version())
+                fleet.start()
+                self.service.loop.d.fleet_miss = fleet.trigger
+                self._on_stop("fleet sync", fleet.stop)
+                log.info(
+                    "fleet: node %s syncs with %s every %g s",
+                    fleet.node,
+                    cfg.fleet.url,
+                    cfg.fleet.pull_every_s,
+                )
             authority = TokenAuthority(cfg.access.token_ttl_s)
             access = Access(
                 cfg.access.read_group,

@@ -99,6 +99,9 @@ class StateSnapshot:
     interventions: Mapping[str, int] = field(default_factory=dict)  # interventions.state -> rows
     capture_windows: int | None = None  # windows opened since gitmd started; None: capture is off
     running_jobs: tuple[RunningJob, ...] = ()
+    # the fleet library's sync ([fleet]; None when off): pushed, pulled, refused, errors (counters
+    # since the store was made), outbox (waiting), seconds since the last round that worked
+    fleet: Mapping[str, float] | None = None
 
 
 class TelemetryCollector(Collector):
@@ -195,6 +198,23 @@ class StateCollector(Collector):
 
 
 def state_families(s: StateSnapshot) -> Iterator[Any]:
+    if s.fleet is not None:
+        for name, doc in (
+            ("pushed", "Events this node pushed to the fleet store"),
+            ("pulled", "Other nodes' events applied here"),
+            ("refused", "Other nodes' events refused here (checked as an import is)"),
+            ("errors", "Sync rounds that failed (the fleet store away or broken)"),
+        ):
+            yield CounterMetricFamily(f"gitm_fleet_{name}", doc, value=s.fleet.get(name, 0.0))
+        yield GaugeMetricFamily(
+            "gitm_fleet_outbox", "Events waiting for the fleet store", value=s.fleet.get("outbox", 0.0)
+        )
+        if "lag_seconds" in s.fleet:
+            yield GaugeMetricFamily(
+                "gitm_fleet_lag_seconds",
+                "Seconds since the last sync round that worked",
+                value=s.fleet["lag_seconds"],
+            )
     yield GaugeMetricFamily(
         "gitm_paused", "1 while gitmd is paused (gitmctl pause): no window, no trial", value=float(s.paused)
     )

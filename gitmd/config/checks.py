@@ -127,6 +127,16 @@ def _kinds(v: Any) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _fleet_url(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError("must be a string")
+    if v and not v.startswith(("postgresql://", "postgres://")):
+        raise ValueError("must be a postgresql:// URL (or empty: no fleet)")
+    if v and "@" in v.split("//", 1)[1].split("/", 1)[0] and ":" in v.split("//", 1)[1].split("@", 1)[0]:
+        raise ValueError("must not hold a password: put it in fleet.password_file (0600)")
+    return v
+
+
 SCHEMA: dict[str, dict[str, Checker]] = {
     "daemon": {
         "runtime_dir": _path,
@@ -188,6 +198,15 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "key": _path,
         "client_ca": _path,
         "subjects": _subjects,
+    },
+    "fleet": {
+        "url": _fleet_url,
+        "password_file": _path,
+        "sslmode": _choice(("disable", "allow", "prefer", "require", "verify-ca", "verify-full")),
+        "sslrootcert": _path,
+        "node": _string,
+        "pull_every_s": _positive_float,
+        "connect_timeout_s": _positive_float,
     },
     "sim": {
         "gpus": _int_range(0, 64),

@@ -175,6 +175,21 @@ class RemoteConfig:
 
 
 @dataclass(frozen=True)
+class FleetConfig:
+    """The fleet library on PostgreSQL (gitmd/fleet/): what one node learns, every node knows. Off
+    unless ``url`` is set. The node's own SQLite store stays its store and works alone: a slow or
+    absent fleet store never delays a registration or fails a job."""
+
+    url: str = ""  # libpq URL without a password, e.g. "postgresql://gitmd@db.example:5432/gitmd"
+    password_file: Path | None = None  # the password, in a file only root may read (0600)
+    sslmode: str = "prefer"  # libpq's: disable, prefer, require, verify-ca, verify-full
+    sslrootcert: Path | None = None  # the CA that signs the server's certificate (verify-*)
+    node: str = ""  # this node's name in the fleet ("" : the host name)
+    pull_every_s: float = 30.0  # what other nodes learned is pulled this often (and on a library miss)
+    connect_timeout_s: float = 3.0
+
+
+@dataclass(frozen=True)
 class ThrottleEpisode:
     gpu: int
     start_s: float
@@ -204,6 +219,9 @@ class SimConfig:
     processes: tuple[SimProcess, ...] = ()
 
 
+SECTIONS = ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote", "fleet")
+
+
 @dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -213,13 +231,23 @@ class Config:
     experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     source: Path | None = None  # the file it came from, None for built-in defaults
 
     def summary(self) -> dict[str, str]:
         """Flattened "section.key" -> value, for GetStatus and logs."""
         out: dict[str, str] = {}
-        for section in ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote"):
+        for section in (
+            "daemon",
+            "telemetry",
+            "metrics",
+            "capture",
+            "experiments",
+            "access",
+            "remote",
+            "fleet",
+        ):
             for f in dataclasses.fields(getattr(self, section)):
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
@@ -238,7 +266,17 @@ class Config:
         "key = value" lines that were not TOML). A setting left unset is a comment; the
         simulated backend's episodes and processes are not written."""
         lines = [f"# gitmd's effective configuration ({self.source or 'built-in defaults'})"]
-        for name in ("daemon", "telemetry", "metrics", "capture", "experiments", "access", "remote", "sim"):
+        for name in (
+            "daemon",
+            "telemetry",
+            "metrics",
+            "capture",
+            "experiments",
+            "access",
+            "remote",
+            "fleet",
+            "sim",
+        ):
             section = getattr(self, name)
             lines.append(f"\n[{name}]")
             for f in dataclasses.fields(section):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gitmd.analysis.worker import GrangerWorker
@@ -42,6 +43,9 @@ class Deps:
     states: States = field(default_factory=States)
     reports: JobReports = field(init=False)  # ended jobs' last attribution reports
     pause: Pause = field(init=False)  # `gitmctl pause`: no window, no trial; policies still apply
+    # [fleet] on: a registration whose launch key the library does not know asks the fleet sync for a
+    # round now, without waiting for it (the next launch gets what the fleet knows)
+    fleet_miss: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.reports = JobReports(self.jobs.store)

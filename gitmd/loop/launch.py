@@ -53,6 +53,8 @@ class Launch:
             return w.id if w else ""
 
         job, plan = d.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve, audit_row)
+        if "w" not in found and d.fleet_miss is not None:
+            d.fleet_miss()  # a library miss: the fleet is asked in the background
         st = d.states.create(job.id)
         workload = found.get("w")
         if workload is not None:

@@ -4,6 +4,8 @@ nothing is sampled, no window opened."""
 
 from __future__ import annotations
 
+import time
+
 from gitmd.capture.duty import slowdown_in_window
 from gitmd.loop.deps import Deps
 from gitmd.metrics import RunningJob, StateSnapshot
@@ -39,6 +41,16 @@ def snapshot(d: Deps) -> StateSnapshot:
             window_s = (w.end_real_ns - w.start_real_ns) / 1e9
             cost = min(1.0, slowdown_in_window(kernels, window_s, d.config.capture.launch_cost_us))
         running.append(RunningJob(job.id, job.name, step_s, cost))
+    fleet = None
+    if d.fleet_miss is not None:  # [fleet] on
+        with d.jobs.store.reading() as db:
+            r = db.conn.execute(
+                "SELECT pushed, pulled, refused, errors, last_ok_ns FROM fleet_state"
+            ).fetchone()
+            outbox = db.conn.execute("SELECT COUNT(*) FROM fleet_outbox").fetchone()[0]
+        fleet = {"pushed": r[0], "pulled": r[1], "refused": r[2], "errors": r[3], "outbox": outbox}
+        if r[4]:
+            fleet["lag_seconds"] = max(0.0, (time.time_ns() - r[4]) / 1e9)
     return StateSnapshot(
         paused=d.pause.on,
         jobs=counts["jobs"],
@@ -48,4 +60,5 @@ def snapshot(d: Deps) -> StateSnapshot:
         interventions=counts["interventions"],
         capture_windows=d.capture.windows_opened if d.capture is not None else None,
         running_jobs=tuple(running),
+        fleet=fleet,
     )

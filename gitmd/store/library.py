@@ -69,6 +69,8 @@ class Library:
         (gitmd.levers.registry.env_variables, wired by the daemon); None: any not forbidden."""
         self.store = store
         self.allowed_env = allowed_env
+        # [fleet] on: a policy promoted or reverted here is queued for the fleet store (fleet_outbox)
+        self.fleet_outbox = False
 
     # -- reading -------------------------------------------------------------------------------
     def _workload(self, db: Any, row: dict[str, Any]) -> Workload:
@@ -161,10 +163,50 @@ class Library:
                 )
         return best_id
 
+    def adopt(self, sig: Signature, name: str, launch_keys: Sequence[str]) -> str:
+        """The local workload for a policy another node learned (gitmd/fleet/): the one a launch key
+        of it names here, else the one of its keys' users (or a shared one) whose fingerprint
+        matches, else a new shared workload; its launch keys not yet known here are linked to it."""
+        now = time.time_ns()
+        owners = sorted({int(k.split(" ", 1)[0][4:]) for k in launch_keys if _owned_key(k)})
+        with self.store.transaction() as db:
+            wid = None
+            for key in launch_keys:
+                row = db.execute("SELECT workload_id FROM launch_keys WHERE key = ?", [key]).fetchone()
+                if row is not None:
+                    wid = row[0]
+                    break
+            if wid is None:
+                best = 0.0
+                marks = ",".join("?" * len(owners))
+                where = f"owner_uid IS NULL OR owner_uid IN ({marks})" if owners else "owner_uid IS NULL"
+                for r in db.query(f"SELECT id, signature FROM workloads WHERE {where}", owners):
+                    s = similarity(sig, signature_from_json(r["signature"]))
+                    if s >= MATCH_THRESHOLD and s > best:
+                        wid, best = r["id"], s
+            if wid is None:
+                wid = hashlib.sha1(f"fleet:{sig.id}".encode()).hexdigest()[: len(sig.id)]
+                db.execute(
+                    "INSERT OR IGNORE INTO workloads "
+                    "(id, name, signature, first_seen_ns, last_seen_ns, run_count) VALUES (?, ?, ?, ?, ?, 0)",
+                    [wid, name, signature_json(sig), now, now],
+                )
+            for key in launch_keys:
+                db.execute(
+                    "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?)",
+                    [key, wid, now],
+                )
+        return wid
+
     # -- operator actions ----------------------------------------------------------------------
-    def _set_status(self, policy_id: int, status: str, pinned_by: str = "") -> Policy:
+    def _set_status(self, policy_id: int, status: str, pinned_by: str = "", push: bool = True) -> Policy:
         now = time.time_ns()
         with self.store.transaction() as db:
+            if status == "reverted" and push and self.fleet_outbox:  # a revert here reaches the fleet
+                db.execute(
+                    "INSERT INTO fleet_outbox (kind, policy_id, created_ns) VALUES ('revert', ?, ?)",
+                    [policy_id, now],
+                )
             rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
             if not rows:
                 raise NotFoundError(f"no policy {policy_id}")
@@ -191,8 +233,10 @@ class Library:
     def unpin(self, policy_id: int) -> Policy:
         return self._set_status(policy_id, "validated")
 
-    def revert(self, policy_id: int) -> Policy:
-        return self._set_status(policy_id, "reverted")
+    def revert(self, policy_id: int, push: bool = True) -> Policy:
+        """``push``: a revert gitmd decided or an admin asked for here reaches the fleet; one that came
+        from the fleet does not go back to it."""
+        return self._set_status(policy_id, "reverted", push=push)
 
     # -- export / import -----------------------------------------------------------------------
     def export(self) -> dict[str, Any]:
@@ -317,6 +361,18 @@ class Library:
                     now,
                 ],
             )
+            from_fleet = (evidence or {}).get("source") == "fleet"
+            if self.fleet_outbox and status in ("validated", "pinned") and not from_fleet:
+                db.execute(
+                    "INSERT INTO fleet_outbox (kind, policy_id, created_ns) VALUES ('policy', ?, ?)",
+                    [cur.lastrowid, now],
+                )
             return policy_from_row(
                 next(iter(db.query("SELECT * FROM policies WHERE id = ?", [cur.lastrowid])))
             )
+
+
+def _owned_key(key: str) -> bool:
+    """A launch key bound to its user ("uid:1000 ..."; gitmd.jobs.launch_key.owned)."""
+    head = key.split(" ", 1)[0]
+    return head.startswith("uid:") and head[4:].isdigit()

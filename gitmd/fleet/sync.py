@@ -1,0 +1,299 @@
+"""Sync with the fleet store: push this node's queued events, pull the others', apply them here.
+
+One round (``run_once``) flushes ``fleet_outbox`` into ``fleet_events`` and pulls the events after
+this node's cursor, each applied in the local store or refused with a clear log (a hostile row
+changes nothing). Rounds run on their own thread every ``fleet.pull_every_s``, and at once when
+``trigger`` is called (a library miss at registration: the next launch gets what the fleet knows).
+Nothing here is ever on a registration's path, and a fleet store that is slow or away only makes
+rounds fail (counted, logged once per outage) until it is back, when the outbox catches up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gitmd.config import FleetConfig
+from gitmd.errors import GitmdError
+from gitmd.fleet.schema import MAX_PAYLOAD_BYTES, migrate
+from gitmd.store.library import Library
+from gitmd.store.library_document import check_env
+from gitmd.store.library_model import policy_from_row, signature_from_json
+
+log = logging.getLogger(__name__)
+BATCH = 500  # events pushed or pulled in one round at most
+MAX_KEYS = 64  # launch keys carried with a policy
+
+
+class RefusedEvent(ValueError):
+    """A pulled event that is not applied here, and why."""
+
+
+@dataclass(frozen=True)
+class SyncStatus:
+    cursor: int
+    pushed: int
+    pulled: int
+    refused: int
+    errors: int
+    last_ok_ns: int
+    last_error: str
+    outbox: int
+
+
+def read_password(cfg: FleetConfig) -> str | None:
+    """The fleet password: from fleet.password_file (root's alone: 0600, else refused), or libpq's
+    own PGPASSWORD / .pgpass when no file is named."""
+    if cfg.password_file is None:
+        return None
+    st = os.stat(cfg.password_file)
+    if st.st_mode & 0o077:
+        raise GitmdError(f"fleet.password_file {cfg.password_file} may be read by others: chmod 600 it")
+    return cfg.password_file.read_text(encoding="utf-8").strip()
+
+
+class FleetSync:
+    def __init__(self, cfg: FleetConfig, library: Library, gpu_model: str, driver: str = "") -> None:
+        self.cfg = cfg
+        self.library = library
+        self.store = library.store
+        self.gpu_model = gpu_model
+        self.driver = driver
+        self.node = cfg.node or socket.gethostname()
+        self._conn: Any = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        library.fleet_outbox = True
+
+    # -- the fleet store ---------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        import psycopg  # only with [fleet] on
+
+        kw: dict[str, Any] = {"connect_timeout": max(1, math.ceil(self.cfg.connect_timeout_s))}
+        if self.cfg.sslmode:
+            kw["sslmode"] = self.cfg.sslmode
+        if self.cfg.sslrootcert is not None:
+            kw["sslrootcert"] = str(self.cfg.sslrootcert)
+        password = read_password(self.cfg)
+        if password is not None:
+            kw["password"] = password
+        # a statement that hangs (a locked table, a slow server) ends, and the round with it
+        kw["options"] = f"-c statement_timeout={int(self.cfg.connect_timeout_s * 10_000)}"
+        conn = psycopg.connect(self.cfg.url, autocommit=True, application_name="gitmd", **kw)
+        migrate(conn)
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    # -- one round ---------------------------------------------------------------------------------
+    def run_once(self) -> tuple[int, int, int]:
+        """Push, then pull. Returns (pushed, pulled, refused); raises nothing: a failure is counted."""
+        try:
+            conn = self._connect()
+            pushed = self._push(conn)
+            pulled, refused = self._pull(conn)
+        except Exception as e:  # the fleet store away, slow, or broken: this node goes on alone
+            self.close()
+            self._count(errors=1, last_error=f"{type(e).__name__}: {e}"[:500])
+            if not self._failing:
+                log.warning("fleet: sync failed, this node goes on with its own library: %s", e)
+            self._failing = True
+            return 0, 0, 0
+        if self._failing:
+            log.info("fleet: sync works again")
+        self._failing = False
+        self._count(pushed=pushed, pulled=pulled, refused=refused, last_ok_ns=time.time_ns())
+        return pushed, pulled, refused
+
+    def _push(self, conn: Any) -> int:
+        with self.store.reading() as db:
+            queued = db.conn.execute(
+                "SELECT id, kind, policy_id FROM fleet_outbox ORDER BY id LIMIT ?", [BATCH]
+            ).fetchall()
+        done = []
+        with conn.transaction():
+            for oid, kind, policy_id in queued:
+                event = self._event(kind, int(policy_id))
+                if event is not None:
+                    conn.execute(
+                        "INSERT INTO fleet_events (kind, node, origin, gpu_model, payload) "
+                        "VALUES (%s, %s, %s, %s, %s)",
+                        [kind, self.node, event["origin"], self.gpu_model, json.dumps(event["payload"])],
+                    )
+                done.append(oid)
+        if done:
+            with self.store.transaction() as db:
+                db.conn.executemany("DELETE FROM fleet_outbox WHERE id = ?", [(i,) for i in done])
+        return len(done)
+
+    def _event(self, kind: str, policy_id: int) -> dict[str, Any] | None:
+        """What the fleet is told of a local policy: where it was learned (its origin), and for a
+        promotion what another node needs to use it (the workload's fingerprint and launch keys)."""
+        with self.store.reading() as db:
+            rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
+            if not rows:
+                return None
+            p = policy_from_row(rows[0])
+            w = next(iter(db.query("SELECT * FROM workloads WHERE id = ?", [p.workload_id])), None)
+            keys = [r[0] for r in db.conn.execute(
+                "SELECT key FROM launch_keys WHERE workload_id = ? ORDER BY last_seen_ns DESC LIMIT ?",
+                [p.workload_id, MAX_KEYS],
+            )]  # fmt: skip
+        origin = str(p.evidence.get("origin") or f"{self.node}:{p.id}")
+        if kind == "revert":
+            return {"origin": origin, "payload": {"reason": "reverted on " + self.node}}
+        if w is None or p.evidence.get("source") == "fleet":
+            return None  # a policy the fleet sent is not sent back
+        payload = {
+            "workload": {"name": w["name"], "signature": json.loads(w["signature"]), "launch_keys": keys},
+            "env": p.env,
+            "speedup": p.speedup,
+            "ci": [p.ci_low, p.ci_high] if p.ci_low is not None else None,
+            "driver": p.driver or self.driver,
+            "evidence": p.evidence,
+        }
+        return {"origin": origin, "payload": payload}
+
+    def _pull(self, conn: Any) -> tuple[int, int]:
+        cursor = self.status().cursor
+        rows = conn.execute(
+            "SELECT seq, kind, node, origin, gpu_model, payload::text, octet_length(payload::text) "
+            "FROM fleet_events WHERE seq > %s ORDER BY seq LIMIT %s",
+            [cursor, BATCH],
+        ).fetchall()
+        applied = refused = 0
+        for seq, kind, node, origin, gpu_model, text, size in rows:
+            cursor = seq
+            if node == self.node:
+                continue  # its own
+            try:
+                if size > MAX_PAYLOAD_BYTES:
+                    raise RefusedEvent(f"payload of {size} bytes (at most {MAX_PAYLOAD_BYTES})")
+                self.apply(kind, node, origin, gpu_model, json.loads(text), seq)
+                applied += 1
+            except (RefusedEvent, GitmdError, ValueError, KeyError, TypeError) as e:
+                refused += 1
+                log.warning("fleet: event %d from %s (%s) refused, nothing changed: %s", seq, node, origin, e)
+        with self.store.transaction() as db:
+            db.execute("UPDATE fleet_state SET cursor = ? WHERE id = 1", [cursor])
+        return applied, refused
+
+    # -- applying what others learned ----------------------------------------------------------------
+    def apply(self, kind: str, node: str, origin: str, gpu_model: str, payload: Any, seq: int) -> None:
+        if kind == "revert":
+            for pid in self._from(origin):
+                self.library.revert(pid, push=False)
+                log.info(
+                    "fleet: policy %d (learned on %s) reverted: %s", pid, origin, payload.get("reason", "")
+                )
+            return
+        if kind != "policy" or not isinstance(payload, dict):
+            raise RefusedEvent(f"unknown event kind {kind!r}")
+        if gpu_model != self.gpu_model:
+            raise RefusedEvent(f"learned on {gpu_model!r}, this node has {self.gpu_model!r}")
+        if self._from(origin):
+            return  # had already
+        w = payload["workload"]
+        keys = w.get("launch_keys", [])
+        if (
+            not isinstance(keys, list)
+            or len(keys) > MAX_KEYS
+            or any(not isinstance(k, str) or len(k) > 4096 for k in keys)
+        ):
+            raise RefusedEvent("bad launch keys")
+        speedup, ci = payload.get("speedup"), payload.get("ci")
+        if speedup is not None and not (
+            isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0
+        ):
+            raise RefusedEvent(f"bad speedup {speedup!r}")
+        if ci is not None and not (
+            isinstance(ci, list)
+            and len(ci) == 2
+            and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci)
+        ):
+            raise RefusedEvent(f"bad interval {ci!r}")
+        env = payload["env"]
+        check_env(env, "env", self.library.allowed_env)  # the catalog's variables only, before anything
+        sig = signature_from_json(json.dumps(w["signature"]))
+        name = str(w.get("name", ""))[:256]
+        wid = self.library.adopt(sig, name, keys)
+        evidence = {"source": "fleet", "node": node, "origin": origin, "fleet_seq": seq,
+                    "driver": str(payload.get("driver", ""))[:64]}  # fmt: skip
+        self.library.add_policy(
+            wid,
+            env,
+            "validated",
+            speedup,
+            tuple(ci) if ci else None,
+            evidence,
+            gpu_model,
+            str(payload.get("driver", ""))[:64],
+        )
+        log.info("fleet: a policy learned on %s for %s (%s) is known here now", node, name or wid, origin)
+
+    def _from(self, origin: str) -> list[int]:
+        """Local policies of ``origin`` (learned here, or pulled from the fleet), not reverted."""
+        mine = origin.rsplit(":", 1)
+        with self.store.reading() as db:
+            rows = db.conn.execute(
+                "SELECT id FROM policies WHERE status != 'reverted' AND "
+                "(json_extract(evidence, '$.origin') = ? OR (? = ? AND id = ?))",
+                [origin, mine[0], self.node, int(mine[1]) if len(mine) == 2 and mine[1].isdigit() else -1],
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _count(self, **kw: Any) -> None:
+        sets = ", ".join(
+            f"{k} = {k} + ?" if k in ("pushed", "pulled", "refused", "errors") else f"{k} = ?" for k in kw
+        )
+        with self.store.transaction() as db:
+            db.execute(f"UPDATE fleet_state SET {sets} WHERE id = 1", list(kw.values()))
+
+    def status(self) -> SyncStatus:
+        with self.store.reading() as db:
+            r = db.conn.execute(
+                "SELECT cursor, pushed, pulled, refused, errors, last_ok_ns, last_error FROM fleet_state"
+            ).fetchone()
+            outbox = db.conn.execute("SELECT COUNT(*) FROM fleet_outbox").fetchone()[0]
+        cursor, pushed, pulled, refused, errors, last_ok_ns, last_error = r
+        return SyncStatus(cursor, pushed, pulled, refused, errors, last_ok_ns, last_error, int(outbox))
+
+    # -- the thread --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="fleet-sync", daemon=True)
+        self._thread.start()
+
+    def trigger(self) -> None:
+        """A round now (a library miss at registration), without waiting for it."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_once()
+            self._wake.wait(self.cfg.pull_every_s)
+            self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.cfg.connect_timeout_s + 5)
+        self.close()
