@@ -21,7 +21,6 @@ import logging
 import platform
 import socket
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -29,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gitmd import __version__
+from gitmd.loop.snapshot import StateSnapshot
 from gitmd.telemetry.backend import CLOCK_EVENT_REASONS, GpuInfo, encode_reasons
 from gitmd.telemetry.sampler import Sampler
 
@@ -75,33 +75,6 @@ EXPERIMENT_OUTCOMES = ("promoted", "reverted", "abandoned", "failed")  # an expe
 TRIAL_OUTCOMES = ("promoted", "reverted", "abandoned")  # a launch trial's end states
 POLICY_STATUSES = ("candidate", "validated", "pinned", "reverted")
 IN_FORCE = ("applying", "applied", "promoted")  # interventions whose change holds now
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    """A job gitmd tracks now (registered or running), with the figures it has of it."""
-
-    job_id: str
-    name: str
-    step_s: float | None = None  # median step time in its latest window where one was found
-    capture_cost_ratio: float | None = None  # gitmd's estimate of what its capture costs the job
-
-
-@dataclass(frozen=True)
-class StateSnapshot:
-    """gitmd's own state as plain data: the counts are the store's rows by their state column."""
-
-    paused: bool = False
-    jobs: Mapping[str, int] = field(default_factory=dict)  # jobs.state -> rows
-    experiments: Mapping[str, int] = field(default_factory=dict)  # experiments.state -> rows
-    launch_trials: Mapping[str, int] = field(default_factory=dict)  # launch_trials.state -> rows
-    policies: Mapping[str, int] = field(default_factory=dict)  # policies.status -> rows
-    interventions: Mapping[str, int] = field(default_factory=dict)  # interventions.state -> rows
-    capture_windows: int | None = None  # windows opened since gitmd started; None: capture is off
-    running_jobs: tuple[RunningJob, ...] = ()
-    # the fleet library's sync ([fleet]; None when off): pushed, pulled, refused, errors (counters
-    # since the store was made), outbox (waiting), seconds since the last round that worked
-    fleet: Mapping[str, float] | None = None
 
 
 class TelemetryCollector(Collector):

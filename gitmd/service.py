@@ -32,11 +32,10 @@ from gitmd.levers.host import CpuLoad
 from gitmd.loop import Deps, Loop
 from gitmd.loop.exits import EXPIRE_UNSTARTED_S, REAP_AFTER_S
 from gitmd.loop.known import LIVE_POLICY_TICKS
-from gitmd.loop.snapshot import snapshot
+from gitmd.loop.snapshot import StateSnapshot, snapshot
 from gitmd.loop.trace import MAX_TRACE_S, TraceResult, trace
 from gitmd.loop.tuned import record_tune
 from gitmd.loop.views import JobEvent, JobView
-from gitmd.metrics import StateSnapshot
 from gitmd.store.audit import Audit
 from gitmd.store.crashes import SuspectCrashes
 from gitmd.store.library import Library, Policy, Workload

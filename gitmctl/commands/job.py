@@ -161,7 +161,10 @@ def cost_line(cost_json: str) -> str:
         c = json.loads(cost_json)
     except ValueError:
         return cost_json[:200]
-    share = "share not known" if c.get("share") is None else f"{100 * c['share']:.1f}% of the run"
+    share = "share not known"
+    if c.get("share") is not None:
+        measured = c.get("measured_share") or 0.0
+        share = f"{100 * c['share']:.1f}% of the run ({100 * measured:.1f}% measured, the rest modelled)"
     arm = c.get("trial_arm_s")
     trial = (
         ""

@@ -175,7 +175,7 @@ class CaptureManager:
             if e.name.startswith("ring-") and e.name.endswith(".gitm") and e.name not in jc.procs
             and e.name not in jc.bad
         ]  # fmt: skip
-        room = MAX_RINGS_PER_JOB - len(jc.procs)
+        room = MAX_RINGS_PER_JOB - sum(1 for pc in jc.procs.values() if pc.exited is not True)
         if len(fresh) > room:  # 20,000 empty ring files made every GetJob take 13 s (hardening, item 4)
             if not jc.too_many:
                 jc.too_many = True

@@ -182,7 +182,10 @@ class FleetConfig:
 
     url: str = ""  # libpq URL without a password, e.g. "postgresql://gitmd@db.example:5432/gitmd"
     password_file: Path | None = None  # the password, in a file only root may read (0600)
-    sslmode: str = "prefer"  # libpq's: disable, prefer, require, verify-ca, verify-full
+    # libpq's: disable, allow, prefer, require, verify-ca, verify-full. verify-full by default: a
+    # fleet store reached in plain text, or one that is not who it says, could hand this node
+    # policies; a test server on loopback says disable
+    sslmode: str = "verify-full"
     sslrootcert: Path | None = None  # the CA that signs the server's certificate (verify-*)
     node: str = ""  # this node's name in the fleet ("" : the host name)
     pull_every_s: float = 30.0  # what other nodes learned is pulled this often (and on a library miss)

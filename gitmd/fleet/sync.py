@@ -29,6 +29,9 @@ from gitmd.store.library_model import policy_from_row, signature_from_json
 
 log = logging.getLogger(__name__)
 BATCH = 500  # events pushed or pulled in one round at most
+PUSH_LOCK_ID = 0x6769746E  # pg_advisory_xact_lock key that orders pushes
+TRIGGER_EVERY_S = 5.0
+MAX_NAME = 256  # an event's node, origin and GPU model at most
 MAX_KEYS = 64  # launch keys carried with a policy
 
 
@@ -72,6 +75,7 @@ class FleetSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._triggered = -TRIGGER_EVERY_S
         library.fleet_outbox = True
 
     # -- the fleet store ---------------------------------------------------------------------------
@@ -129,6 +133,10 @@ class FleetSync:
             ).fetchall()
         done = []
         with conn.transaction():
+            # pushes one at a time across the fleet: a sequence number is given at insert, not at
+            # commit, so two pushes committing out of order would let a puller's cursor pass events
+            # not yet committed, and skip them for good
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [PUSH_LOCK_ID])
             for oid, kind, policy_id in queued:
                 event = self._event(kind, int(policy_id))
                 if event is not None:
@@ -159,8 +167,16 @@ class FleetSync:
         origin = str(p.evidence.get("origin") or f"{self.node}:{p.id}")
         if kind == "revert":
             return {"origin": origin, "payload": {"reason": "reverted on " + self.node}}
-        if w is None or p.evidence.get("source") == "fleet":
-            return None  # a policy the fleet sent is not sent back
+        if (
+            w is None
+            or p.evidence.get("source") in ("fleet", "tune")
+            or p.evidence.get("scope_uid") is not None
+        ):
+            # a policy the fleet sent is not sent back; a `gitmctl tune` result is its user's own
+            # (scoped to them, from figures they sent) and stays on this node
+            return None
+        if p.live or not p.env:
+            return None  # live levers are found anew in each run on this node's processes: not shared yet
         payload = {
             "workload": {"name": w["name"], "signature": json.loads(w["signature"]), "launch_keys": keys},
             "env": p.env,
@@ -174,9 +190,10 @@ class FleetSync:
     def _pull(self, conn: Any) -> tuple[int, int]:
         cursor = self.status().cursor
         rows = conn.execute(
-            "SELECT seq, kind, node, origin, gpu_model, payload::text, octet_length(payload::text) "
+            "SELECT seq, kind, left(node, %s), left(origin, %s), left(gpu_model, %s), "
+            "CASE WHEN octet_length(payload::text) <= %s THEN payload::text END, octet_length(payload::text) "
             "FROM fleet_events WHERE seq > %s ORDER BY seq LIMIT %s",
-            [cursor, BATCH],
+            [MAX_NAME, MAX_NAME, MAX_NAME, MAX_PAYLOAD_BYTES, cursor, BATCH],
         ).fetchall()
         applied = refused = 0
         for seq, kind, node, origin, gpu_model, text, size in rows:
@@ -184,11 +201,11 @@ class FleetSync:
             if node == self.node:
                 continue  # its own
             try:
-                if size > MAX_PAYLOAD_BYTES:
+                if text is None:
                     raise RefusedEvent(f"payload of {size} bytes (at most {MAX_PAYLOAD_BYTES})")
                 self.apply(kind, node, origin, gpu_model, json.loads(text), seq)
                 applied += 1
-            except (RefusedEvent, GitmdError, ValueError, KeyError, TypeError) as e:
+            except Exception as e:  # any row that cannot be applied is refused, never blocks the others
                 refused += 1
                 log.warning("fleet: event %d from %s (%s) refused, nothing changed: %s", seq, node, origin, e)
         with self.store.transaction() as db:
@@ -198,7 +215,7 @@ class FleetSync:
     # -- applying what others learned ----------------------------------------------------------------
     def apply(self, kind: str, node: str, origin: str, gpu_model: str, payload: Any, seq: int) -> None:
         if kind == "revert":
-            for pid in self._from(origin):
+            for pid in self._from(origin, live_only=True):
                 self.library.revert(pid, push=False)
                 log.info(
                     "fleet: policy %d (learned on %s) reverted: %s", pid, origin, payload.get("reason", "")
@@ -208,8 +225,8 @@ class FleetSync:
             raise RefusedEvent(f"unknown event kind {kind!r}")
         if gpu_model != self.gpu_model:
             raise RefusedEvent(f"learned on {gpu_model!r}, this node has {self.gpu_model!r}")
-        if self._from(origin):
-            return  # had already
+        if self._from(origin, live_only=False):
+            return  # had already (in whatever state: a policy reverted here is not brought back)
         w = payload["workload"]
         keys = w.get("launch_keys", [])
         if (
@@ -248,14 +265,15 @@ class FleetSync:
         )
         log.info("fleet: a policy learned on %s for %s (%s) is known here now", node, name or wid, origin)
 
-    def _from(self, origin: str) -> list[int]:
-        """Local policies of ``origin`` (learned here, or pulled from the fleet), not reverted."""
-        mine = origin.rsplit(":", 1)
+    def _from(self, origin: str, live_only: bool) -> list[int]:
+        """Policies the fleet brought here from ``origin`` (``live_only``: those still in force and
+        not pinned: a fleet revert never touches what this node learned itself or an admin pinned)."""
+        state = "AND status NOT IN ('reverted', 'pinned')" if live_only else ""
         with self.store.reading() as db:
             rows = db.conn.execute(
-                "SELECT id FROM policies WHERE status != 'reverted' AND "
-                "(json_extract(evidence, '$.origin') = ? OR (? = ? AND id = ?))",
-                [origin, mine[0], self.node, int(mine[1]) if len(mine) == 2 and mine[1].isdigit() else -1],
+                "SELECT id FROM policies WHERE json_extract(evidence, '$.source') = 'fleet' "
+                f"AND json_extract(evidence, '$.origin') = ? {state}",
+                [origin],
             ).fetchall()
         return [int(r[0]) for r in rows]
 
@@ -282,14 +300,18 @@ class FleetSync:
         self._thread.start()
 
     def trigger(self) -> None:
-        """A round now (a library miss at registration), without waiting for it."""
-        self._wake.set()
+        """A round now (a library miss at registration), without waiting for it; at most one every
+        TRIGGER_EVERY_S (a user registering random keys cannot keep rounds running back to back)."""
+        now = time.monotonic()
+        if now - self._triggered >= TRIGGER_EVERY_S:
+            self._triggered = now
+            self._wake.set()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the round: a trigger during it brings the next one at once
             self.run_once()
             self._wake.wait(self.cfg.pull_every_s)
-            self._wake.clear()
 
     def stop(self) -> None:
         self._stop.set()

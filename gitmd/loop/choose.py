@@ -21,6 +21,9 @@ from gitmd.loop.trials import Trials
 log = logging.getLogger(__name__)
 
 
+MAX_SHARE = 0.99  # a cause said to take the whole run predicts at most 100x (never 0: it goes first)
+
+
 def likelihood(record: tuple[int, int] | None) -> float:
     """How likely a lever's trial is to be kept, from its record on this host (promoted, decided):
     Laplace's rule, 0.5 for a lever never decided here."""
@@ -168,7 +171,7 @@ class Choose:
             if cause.name in live_on:
                 skipped.append(f"{cause.name}: a live trial on it runs")
                 continue
-            predicted = 1 / (1 - cause.share) if cause.share < 1 else 0.0
+            predicted = 1 / (1 - min(cause.share, MAX_SHARE))
             for name in cause.levers:
                 if name not in cfg.launch_levers or name in tried:
                     continue

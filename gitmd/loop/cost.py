@@ -7,7 +7,8 @@
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
 - ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
   the run's own clock, when slower (null when there are no plain runs to compare with);
-- ``share``: their sum over the run's length (null when its length is not known).
+- ``measured_share``: the measured parts over the run's length, and ``share`` the model's part with
+  them; each null when a part or the run's length is not known (never a guess).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
         if arm == "B":
             plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
             trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
-    known = st.window_model_s + arms + (trial_arm or 0.0)
+    measured = None if trial_arm is None or not run_s else (arms + trial_arm) / run_s
     doc: dict[str, Any] = {
         "windows": windows,
         "window_s": round(st.window_s, 3),
@@ -60,6 +61,7 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
         "losing_arms_s": round(arms, 3),
         "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
         "run_s": run_s,
-        "share": round(known / run_s, 4) if run_s else None,
+        "measured_share": None if measured is None else round(measured, 4),
+        "share": None if measured is None or not run_s else round(measured + st.window_model_s / run_s, 4),
     }
     return json.dumps(doc, sort_keys=True)

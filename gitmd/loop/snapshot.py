@@ -5,10 +5,39 @@ nothing is sampled, no window opened."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gitmd.capture.duty import slowdown_in_window
 from gitmd.loop.deps import Deps
-from gitmd.metrics import RunningJob, StateSnapshot
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job gitmd tracks now (registered or running), with the figures it has of it."""
+
+    job_id: str
+    name: str
+    step_s: float | None = None  # median step time in its latest window where one was found
+    capture_cost_ratio: float | None = None  # gitmd's estimate of what its capture costs the job
+
+
+@dataclass(frozen=True)
+class StateSnapshot:
+    """gitmd's own state as plain data: the counts are the store's rows by their state column."""
+
+    paused: bool = False
+    jobs: Mapping[str, int] = field(default_factory=dict)  # jobs.state -> rows
+    experiments: Mapping[str, int] = field(default_factory=dict)  # experiments.state -> rows
+    launch_trials: Mapping[str, int] = field(default_factory=dict)  # launch_trials.state -> rows
+    policies: Mapping[str, int] = field(default_factory=dict)  # policies.status -> rows
+    interventions: Mapping[str, int] = field(default_factory=dict)  # interventions.state -> rows
+    capture_windows: int | None = None  # windows opened since gitmd started; None: capture is off
+    running_jobs: tuple[RunningJob, ...] = ()
+    # the fleet library's sync ([fleet]; None when off): pushed, pulled, refused, errors (counters
+    # since the store was made), outbox (waiting), seconds since the last round that worked
+    fleet: Mapping[str, float] | None = None
+
 
 COUNTED = (
     ("jobs", "state"),

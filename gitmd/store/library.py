@@ -164,34 +164,44 @@ class Library:
         return best_id
 
     def adopt(self, sig: Signature, name: str, launch_keys: Sequence[str]) -> str:
-        """The local workload for a policy another node learned (gitmd/fleet/): the one a launch key
-        of it names here, else the one of its keys' users (or a shared one) whose fingerprint
-        matches, else a new shared workload; its launch keys not yet known here are linked to it."""
+        """The local workload for a policy another node learned (gitmd/fleet/). Its launch keys are
+        bound to a user ("uid:1000 ..."); the workload is that user's (shared when its keys name
+        no one user): the one of that user's a key of it names here, else that user's or a shared
+        one whose fingerprint matches, else a new one. Only that user's keys are linked to it: no
+        key of another user ever resolves to it (their runs would take part in its trials)."""
         now = time.time_ns()
-        owners = sorted({int(k.split(" ", 1)[0][4:]) for k in launch_keys if _owned_key(k)})
+        owners = {int(k.split(" ", 1)[0][4:]) for k in launch_keys if _owned_key(k)}
+        owner = next(iter(owners)) if len(owners) == 1 else None
+        keys = [k for k in launch_keys if owner is None or k.startswith(f"uid:{owner} ")]
         with self.store.transaction() as db:
             wid = None
-            for key in launch_keys:
-                row = db.execute("SELECT workload_id FROM launch_keys WHERE key = ?", [key]).fetchone()
+            for key in keys:
+                row = db.execute(
+                    "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
+                    "WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL)",
+                    [key, owner],
+                ).fetchone()
                 if row is not None:
                     wid = row[0]
                     break
             if wid is None:
                 best = 0.0
-                marks = ",".join("?" * len(owners))
-                where = f"owner_uid IS NULL OR owner_uid IN ({marks})" if owners else "owner_uid IS NULL"
-                for r in db.query(f"SELECT id, signature FROM workloads WHERE {where}", owners):
+                rows = db.query(
+                    "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner]
+                )
+                for r in rows:
                     s = similarity(sig, signature_from_json(r["signature"]))
                     if s >= MATCH_THRESHOLD and s > best:
                         wid, best = r["id"], s
             if wid is None:
-                wid = hashlib.sha1(f"fleet:{sig.id}".encode()).hexdigest()[: len(sig.id)]
+                wid = hashlib.sha1(f"fleet:{owner}:{sig.id}".encode()).hexdigest()[: len(sig.id)]
                 db.execute(
                     "INSERT OR IGNORE INTO workloads "
-                    "(id, name, signature, first_seen_ns, last_seen_ns, run_count) VALUES (?, ?, ?, ?, ?, 0)",
-                    [wid, name, signature_json(sig), now, now],
+                    "(id, name, signature, first_seen_ns, last_seen_ns, run_count, owner_uid) "
+                    "VALUES (?, ?, ?, ?, ?, 0, ?)",
+                    [wid, name, signature_json(sig), now, now, owner],
                 )
-            for key in launch_keys:
+            for key in keys:
                 db.execute(
                     "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?)",
                     [key, wid, now],

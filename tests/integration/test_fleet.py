@@ -109,7 +109,7 @@ def _group(name: str) -> bool:
 
 def node(tmp: Path, name: str, url: str, gpu: str = GPU) -> FleetSync:
     library = Library(Store(tmp / f"{name}.db"), allowed_env=env_variables())
-    cfg = FleetConfig(url=url, node=name, pull_every_s=0.2, connect_timeout_s=2.0)
+    cfg = FleetConfig(url=url, node=name, pull_every_s=0.2, connect_timeout_s=2.0, sslmode="disable")
     return FleetSync(cfg, library, gpu, "580.159.04")
 
 
@@ -202,7 +202,8 @@ def test_a_daemon_with_the_fleet_on_starts_and_syncs(fresh: Postgres, tmp_path: 
 
     cfg = tmp_path / "gitmd.toml"
     cfg.write_text(
-        SIM_CONFIG.format(port=0) + f'\n[fleet]\nurl = "{fresh.url}"\nnode = "d1"\npull_every_s = 1\n'
+        SIM_CONFIG.format(port=0)
+        + f'\n[fleet]\nurl = "{fresh.url}"\nnode = "d1"\npull_every_s = 1\nsslmode = "disable"\n'
     )
     d = Daemon(prefix=tmp_path / "var", config=cfg).start()
     try:
@@ -219,3 +220,37 @@ def test_a_daemon_with_the_fleet_on_starts_and_syncs(fresh: Postgres, tmp_path: 
         assert d.log_path is not None and "fleet: node d1 syncs with" in d.log_path.read_text()
     finally:
         d.stop()
+
+
+def test_what_stays_on_its_node_and_what_a_revert_may_touch(fresh: Postgres, tmp_path: Path) -> None:
+    """A user's `gitmctl tune` result (scoped to them) stays on its node; a policy reverted here is
+    not brought back by the same event seen again; a fleet revert touches only what the fleet
+    brought, never a policy this node learned itself."""
+    a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 9.0, (8.0, 10.0),
+                         {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
+    good = a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.3, (1.1, 1.5),
+                                {"source": "live"}, GPU)  # fmt: skip
+    assert a.run_once() == (2, 0, 0)  # both leave the outbox; only one becomes an event
+    assert b.run_once() == (0, 1, 0)
+    w = b.library.by_launch_key(KEY)
+    assert w is not None
+    (got,) = b.library.get(w.id).policies
+    assert got.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+    b.library.revert(got.id, push=False)  # a regression here
+    fresh.sql(  # the same event delivered again (a push retried after a crash)
+        "INSERT INTO fleet_events (kind, node, origin, gpu_model, payload) "
+        "SELECT kind, node, origin, gpu_model, payload FROM fleet_events WHERE origin = %s",
+        [f"a:{good.id}"],
+    )
+    b.run_once()
+    assert [p.status for p in b.library.get(w.id).policies] == ["reverted"]  # not brought back
+    mine = b.library.add_policy(w.id, {"OMP_NUM_THREADS": "4"}, "validated", 1.2, (1.1, 1.3), {}, GPU)
+    fresh.sql(  # a revert naming B's own policy as its origin
+        "INSERT INTO fleet_events (kind, node, origin, gpu_model, payload) "
+        "VALUES ('revert', 'x', %s, %s, '{}')",
+        [f"b:{mine.id}", GPU],
+    )
+    b.run_once()
+    assert next(p for p in b.library.get(w.id).policies if p.id == mine.id).status == "validated"

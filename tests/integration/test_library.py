@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from gitmd.jobs.launch_key import launch_key
+from gitmd.jobs.launch_key import launch_key, owned
 from tests.integration.conftest import Daemon, command, ctl, ctl_json
 
 PROBE = (
@@ -37,7 +38,8 @@ def document(key: str) -> dict:
 
 
 def test_recurring_job_gets_its_pinned_policy_at_launch(daemon: Daemon, short_tmp: Path) -> None:
-    key = launch_key([sys.executable, "-c", PROBE], str(short_tmp))
+    # launch keys are bound to the user who launches (docs/security.md): this test's user
+    key = owned(os.getuid(), launch_key([sys.executable, "-c", PROBE], str(short_tmp)))
     doc = document(key)
     bad = short_tmp / "bad.json"
     bad.write_text(json.dumps(doc))
@@ -119,7 +121,7 @@ def test_a_cpu_affinity_policy_is_set_by_gitmctl_run_before_exec(daemon: Daemon,
     if len(start) < 3:
         pytest.skip("needs three CPUs: the policy takes at least two, and fewer than the job starts on")
     probe = "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0)))))"
-    key = launch_key([sys.executable, "-c", probe], str(short_tmp))
+    key = owned(os.getuid(), launch_key([sys.executable, "-c", probe], str(short_tmp)))
     doc = document(key)
     doc["workloads"][0]["policies"] = [
         {"env": {}, "live": [{"lever": "cpu_affinity"}], "status": "validated"}

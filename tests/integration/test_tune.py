@@ -9,11 +9,12 @@ different loss. No GPU is needed: tune's machinery is the same on any command.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from gitmd.jobs.launch_key import launch_key
+from gitmd.jobs.launch_key import launch_key, owned
 from tests.integration.conftest import Daemon, command, ctl, ctl_json
 
 PROG = """
@@ -64,7 +65,8 @@ def test_tune_promotes_the_faster_lever_and_the_next_run_gets_it(daemon: Daemon,
     prog = short_tmp / "prog.py"
     prog.write_text(PROG)
     doc = short_tmp / "lib.json"
-    doc.write_text(json.dumps(library_doc(launch_key([sys.executable, str(prog)], str(short_tmp)))))
+    key = owned(os.getuid(), launch_key([sys.executable, str(prog)], str(short_tmp)))  # bound to its user
+    doc.write_text(json.dumps(library_doc(key)))
     ctl(daemon.socket, "library", "import", str(doc))
 
     levers = "cpu_threads,cuda_device_max_connections,tf32_override"

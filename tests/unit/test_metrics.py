@@ -19,7 +19,8 @@ from gitmd.analysis.steps import JobSteps, StepStats
 from gitmd.capture.windows import ProcessWindow, WindowResult
 from gitmd.config import SimConfig, SimProcess, ThrottleEpisode
 from gitmd.jobs.registry import Registration
-from gitmd.metrics import RunningJob, StateSnapshot, build_registry
+from gitmd.loop.snapshot import RunningJob, StateSnapshot
+from gitmd.metrics import build_registry
 from gitmd.records import Decoded, RingStatus
 from gitmd.telemetry.sampler import Sampler
 from gitmd.telemetry.sim import SimBackend

@@ -4,17 +4,22 @@
 -- launch keys were free text shared by every user: any user could claim another's workload, take
 -- part in its trials and so decide what policy that user's jobs got at launch.
 ALTER TABLE workloads ADD COLUMN owner_uid INTEGER;
-UPDATE workloads SET owner_uid = (
-    SELECT j.uid FROM jobs j WHERE j.workload_id = workloads.id ORDER BY j.created_ns LIMIT 1
+-- each workload goes to the user of its first job still stored; one whose jobs were all pruned goes
+-- to no one (-1: no user matches it), never to everyone
+UPDATE workloads SET owner_uid = COALESCE(
+    (SELECT j.uid FROM jobs j WHERE j.workload_id = workloads.id ORDER BY j.created_ns LIMIT 1), -1
 );
 UPDATE jobs SET launch_key = 'uid:' || uid || ' ' || launch_key WHERE launch_key != '';
--- a key used by several users stays with the latest job's user; a key no job used is dropped
-UPDATE launch_keys SET key = (
-    SELECT j.launch_key FROM jobs j
-    WHERE j.launch_key = 'uid:' || j.uid || ' ' || launch_keys.key
-    ORDER BY j.created_ns DESC LIMIT 1
-) WHERE EXISTS (
-    SELECT 1 FROM jobs j WHERE j.launch_key = 'uid:' || j.uid || ' ' || launch_keys.key
-);
+-- a launch key stays only for the user its workload belongs to: another user's use of the same text
+-- is theirs to learn again (the key pointed them at a workload not theirs)
+UPDATE launch_keys SET key = 'uid:' || (
+    SELECT w.owner_uid FROM workloads w WHERE w.id = launch_keys.workload_id
+) || ' ' || key
+WHERE (SELECT w.owner_uid FROM workloads w WHERE w.id = launch_keys.workload_id) >= 0;
 DELETE FROM launch_keys WHERE key NOT LIKE 'uid:%';
+-- a crash quarantine keyed by a launch key follows the key of the user whose run crashed
+UPDATE suspect_crashes SET key = 'launch:uid:' || (
+    SELECT j.uid FROM jobs j WHERE j.id = suspect_crashes.job_id
+) || ' ' || substr(key, 8)
+WHERE key LIKE 'launch:%' AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = suspect_crashes.job_id);
 CREATE INDEX workloads_owner ON workloads (owner_uid);

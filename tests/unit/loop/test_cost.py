@@ -48,4 +48,6 @@ def test_an_ended_job_keeps_what_gitmd_cost_it(tmp_path: Path) -> None:
     assert cost["share"] is None  # no run length by its own clock here: not known, not guessed
     line = cost_line(ended.job.cost)
     assert line.startswith("share not known:") and "gitmd's capture model" in line
-    assert cost_line(json.dumps({**cost, "share": 0.012, "trial_arm_s": None})).startswith("1.2% of the run")
+    line = cost_line(json.dumps({**cost, "share": 0.012, "measured_share": 0.002}))
+    assert line.startswith("1.2% of the run (0.2% measured, the rest modelled)")
+    assert cost["measured_share"] is None

@@ -288,7 +288,8 @@ def test_one_users_runs_never_land_on_another_users_workload(tmp_path: Path) -> 
 
 def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: Path) -> None:
     """Migration 0019 on a store written before it: each workload's owner is the user of its first
-    job, each job's key and each launch key is scoped by its user, and a key no job used is gone."""
+    job (none: no one, never everyone), each job's key is scoped by its user, and each launch key by
+    its workload's owner: another user's use of the same text no longer points at it."""
     from gitmd.store.db import bundled_migrations
 
     path = tmp_path / "old.db"
@@ -296,7 +297,7 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
     s = Store(path, before)
     s.conn.execute(
         "INSERT INTO workloads (id, name, signature, first_seen_ns, last_seen_ns) "
-        "VALUES ('w1', 't', '{}', 1, 1)"
+        "VALUES ('w1', 't', '{}', 1, 1), ('w2', 'pruned', '{}', 1, 1)"
     )
     for jid, uid, t in (("j1", 1000, 1), ("j2", 2000, 2)):
         s.conn.execute(
@@ -309,7 +310,12 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
     s.close()
     s = Store(path)
     assert s.conn.execute("SELECT owner_uid FROM workloads WHERE id = 'w1'").fetchone()[0] == 1000
+    assert s.conn.execute("SELECT owner_uid FROM workloads WHERE id = 'w2'").fetchone()[0] == -1  # no one's
     keys = {r[0]: r[1] for r in s.conn.execute("SELECT id, launch_key FROM jobs")}
     assert keys == {"j1": "uid:1000 python /w/t.py", "j2": "uid:2000 python /w/t.py"}
-    assert [r[0] for r in s.conn.execute("SELECT key FROM launch_keys")] == ["uid:2000 python /w/t.py"]
+    # the key stays with the workload's owner only; the orphan is the owner's too (it named w1)
+    assert sorted(r[0] for r in s.conn.execute("SELECT key FROM launch_keys")) == [
+        "uid:1000 orphan",
+        "uid:1000 python /w/t.py",
+    ]
     s.close()
