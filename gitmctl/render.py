@@ -8,10 +8,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from google.protobuf import json_format
-
 
 def to_dict(msg: Any) -> dict[str, Any]:
+    from google.protobuf import json_format  # only for --json: its import is 30 ms of every call
+
     return json_format.MessageToDict(
         msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
