@@ -5,7 +5,8 @@ workloads (one launch key and one validated policy each), then measures:
   - latency: sequential registrations from one client, half of them known launch keys (the plan
     carries the policy), half unknown; p50/p99;
   - burst: CLIENTS concurrent clients registering as fast as they can for SECONDS; rate and p99.
-Registrations are real (capture on: a private runtime directory per job).
+Registrations are real (capture on: a private runtime directory per job), from 200 users (root
+registers for them, as a scheduler does), so no user reaches daemon.max_jobs_per_user.
 
     python bench/register_rate.py --workloads 10000 --clients 8 --seconds 10
 Targets: p99 <= 5 ms sequential; >= 500 registrations/s from 8 clients.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -46,7 +46,7 @@ def library_doc(n: int) -> bytes:
                     "first_seen_ns": 1,
                     "last_seen_ns": 2,
                     "run_count": 1,
-                    "launch_keys": [f"python /jobs/train_{i}.py"],
+                    "launch_keys": [f"uid:{user(i)} python /jobs/train_{i}.py"],  # bound to its user
                     "policies": [
                         {"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "status": "validated", "speedup": 1.05}
                     ],
@@ -57,14 +57,23 @@ def library_doc(n: int) -> bytes:
     ).encode()
 
 
+USERS = 200  # registrations come from this many users (each under daemon.max_jobs_per_user open jobs)
+
+
+def user(i: int) -> int:
+    return 20000 + i % USERS
+
+
 def request(i: int, workloads: int) -> pb.RegisterJobRequest:
-    script = f"/jobs/train_{i % workloads}.py" if i % 2 == 0 else f"/other/job_{i}.py"
+    known = i % 2 == 0
+    script = f"/jobs/train_{i % workloads}.py" if known else f"/other/job_{i}.py"
+    uid = user(i % workloads) if known else user(i)  # a known key is its owner's
     return pb.RegisterJobRequest(
         name=f"j{i}",
         command=["python", script, "--epochs", "3"],
         cwd="/w",
-        uid=os.getuid(),
-        gid=os.getgid(),
+        uid=uid,
+        gid=uid,
         capture=True,
     )
 
@@ -94,11 +103,20 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--fleet", action="store_true", help="with [fleet] on, against a PostgreSQL started here")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gitmd-reg-"))
-    daemon = Gitmd(
-        tmp / "v", '[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n[capture]\nwindow_every_s = 0\n'
-    )
+    # the jobs registered here never start or end: spread over USERS users, each stays under a
+    # per-user cap of open jobs that the registrations of this run cannot reach
+    conf = '[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n[capture]\nwindow_every_s = 0\n'
+    conf += "[daemon]\nmax_jobs_per_user = 1000\n"
+    pg = None
+    if args.fleet:
+        from bench.pgserver import Postgres
+
+        pg = Postgres().init().start()  # every registration that misses the library asks for a round
+        conf += f'[fleet]\nurl = "{pg.url}"\npull_every_s = 1\nsslmode = "disable"\n'
+    daemon = Gitmd(tmp / "v", conf)
     sock = daemon.address
     try:
         stub = daemon.start()
@@ -140,7 +158,10 @@ def main() -> int:
         }
     finally:
         daemon.stop()
-    print(f"RegisterJob with {args.workloads} workloads in the library, over the Unix socket")
+        if pg is not None:
+            pg.remove()
+    fleet = " [fleet] on, a real PostgreSQL" if args.fleet else ""
+    print(f"RegisterJob with {args.workloads} workloads in the library, over the Unix socket{fleet}")
     print("| measure | value | target |")
     print("| --- | --- | --- |")
     print(f"| sequential p50 | {lat['p50_ms']:.2f} ms | |")

@@ -75,6 +75,7 @@ class FleetSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._migrated = False
         self._triggered = -TRIGGER_EVERY_S
         library.fleet_outbox = True
 
@@ -95,7 +96,9 @@ class FleetSync:
         # a statement that hangs (a locked table, a slow server) ends, and the round with it
         kw["options"] = f"-c statement_timeout={int(self.cfg.connect_timeout_s * 10_000)}"
         conn = psycopg.connect(self.cfg.url, autocommit=True, application_name="gitmd", **kw)
-        migrate(conn)
+        if not self._migrated:  # once a process (again after a failed round)
+            migrate(conn)
+            self._migrated = True
         self._conn = conn
         return conn
 
@@ -114,12 +117,16 @@ class FleetSync:
             pushed = self._push(conn)
             pulled, refused = self._pull(conn)
         except Exception as e:  # the fleet store away, slow, or broken: this node goes on alone
-            self.close()
+            self._migrated = False
             self._count(errors=1, last_error=f"{type(e).__name__}: {e}"[:500])
             if not self._failing:
                 log.warning("fleet: sync failed, this node goes on with its own library: %s", e)
             self._failing = True
             return 0, 0, 0
+        finally:
+            # one connection a round, closed after it: a fleet of 1,000 nodes holds no 1,000 idle
+            # server connections (PostgreSQL's default max_connections is 100)
+            self.close()
         if self._failing:
             log.info("fleet: sync works again")
         self._failing = False

@@ -8,19 +8,14 @@ unprivileged user when the tests run as root (PostgreSQL refuses root)."""
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.pgserver import Postgres, available
 from gitmd.analysis.fingerprint import Signature
 from gitmd.config import FleetConfig
 from gitmd.fleet.sync import FleetSync
@@ -36,75 +31,14 @@ KEY = "uid:1000 python /srv/train.py"
 GPU = "NVIDIA H200"
 
 
-def _pg_bin(tool: str) -> str | None:
-    found = shutil.which(tool)
-    if found:
-        return found
-    cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))
-    return cands[-1] if cands else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Postgres:
-    def __init__(self, top: Path, port: int, run_as: list[str]) -> None:
-        self.top, self.port, self.run_as = top, port, run_as
-        self.url = f"postgresql://gitmd@127.0.0.1:{port}/postgres"
-
-    def ctl(self, *args: str) -> None:
-        pg_ctl = _pg_bin("pg_ctl")
-        assert pg_ctl is not None
-        subprocess.run([*self.run_as, pg_ctl, "-D", str(self.top / "data"), *args], check=True,
-                       capture_output=True, timeout=60)  # fmt: skip
-
-    def start(self) -> None:
-        opts = f"-k {self.top} -p {self.port} -h 127.0.0.1"
-        self.ctl("-l", str(self.top / "log"), "-o", opts, "-w", "start")
-
-    def stop(self) -> None:
-        self.ctl("-m", "fast", "-w", "stop")
-
-    def sql(self, statement: str, params: list[object] | None = None) -> None:
-        import psycopg
-
-        with psycopg.connect(self.url, autocommit=True) as c:
-            c.execute(statement, params or [])  # type: ignore[arg-type]
-
-
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Postgres]:
-    initdb = _pg_bin("initdb")
-    if initdb is None or _pg_bin("pg_ctl") is None:
-        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (Debian: apt install postgresql)")
-    top = Path(tempfile.mkdtemp(prefix="gitmd-pg-"))
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: as nobody
-        shutil.chown(top, "nobody", "nogroup" if _group("nogroup") else "nobody")
-        run_as = ["setpriv", "--reuid=nobody", f"--regid={'nogroup' if _group('nogroup') else 'nobody'}",
-                  "--clear-groups"]  # fmt: skip
-    subprocess.run([*run_as, initdb, "-D", str(top / "data"), "-U", "gitmd", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    server = Postgres(top, _free_port(), run_as)
-    server.start()
+    why = available()
+    if why:
+        pytest.skip(why)
+    server = Postgres().init().start()
     yield server
-    try:
-        server.stop()
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-
-
-def _group(name: str) -> bool:
-    import grp
-
-    try:
-        grp.getgrnam(name)
-        return True
-    except KeyError:
-        return False
+    server.remove()
 
 
 def node(tmp: Path, name: str, url: str, gpu: str = GPU) -> FleetSync:

@@ -72,3 +72,26 @@ def test_a_job_pod_opts_in_through_the_launcher_and_the_shared_directory() -> No
     assert vol["hostPath"]["path"] == "/run/gitmd"
     assert c["volumeMounts"] == [{"name": vol["name"], "mountPath": "/run/gitmd"}]
     assert spec["securityContext"]["runAsUser"] != 0
+
+
+def test_the_fleet_store_manifest_and_the_config_it_documents() -> None:
+    """The fleet library's PostgreSQL (packaging/k8s/fleet-postgres.yaml): a StatefulSet with its
+    own volume and a Service in gitmd's namespace, the password from a secret, never as root; and
+    the [fleet] lines its header gives are a config gitmd accepts."""
+    import re
+
+    d = docs("fleet-postgres.yaml")
+    sts, svc = d["StatefulSet"], d["Service"]
+    assert sts["metadata"]["namespace"] == svc["metadata"]["namespace"] == "gitmd"
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert "secretKeyRef" in env["POSTGRES_PASSWORD"]["valueFrom"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == c["volumeMounts"][0]["name"]
+    assert svc["spec"]["ports"][0]["port"] == 5432
+    header = (K8S / "fleet-postgres.yaml").read_text()
+    lines = [m.group(1) for m in re.finditer(r"^#   (\[fleet\]|\w+ = .*?)(?:[ \t]+#.*)?$", header, re.M)]
+    cfg = config.parse("\n".join(lines), Path("fleet-postgres.yaml"))
+    assert cfg.fleet.url.startswith("postgresql://gitmd@gitmd-fleet.gitmd.svc")
+    assert cfg.fleet.password_file is not None and cfg.fleet.sslmode == "require"
