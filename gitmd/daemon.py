@@ -271,8 +271,12 @@ class Daemon:
             sdnotify.notify("READY=1")
 
     def run_forever(self) -> int:
+        received: list[int] = []
+
         def request_stop(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s, stopping", signal.Signals(signum).name)
+            # no logging in a signal handler: it runs between two bytecodes of whatever the main
+            # thread was doing, logging's own calls included; the loop below says it
+            received.append(signum)
             self.stopped.set()
             self._wake.set()
 
@@ -294,6 +298,8 @@ class Daemon:
             if self.reload_asked.is_set() and not self.stopped.is_set():
                 self.reload_asked.clear()
                 self.reload()
+        if received:
+            log.info("received %s, stopping", signal.Signals(received[0]).name)
         sdnotify.notify("STOPPING=1")
         self.stop()
         log.info("gitmd stopped")
