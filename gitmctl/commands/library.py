@@ -47,16 +47,27 @@ def _trial_run(r: Any) -> str:
     return f"{r.arm}:{'-' if r.done else '…'}"
 
 
+def _source(evidence: dict[str, Any]) -> str:
+    """Where a policy came from: a live trial or a launch trial here, `gitmctl tune`, an import, or
+    another node through the fleet (its node)."""
+    src = str(evidence.get("source") or "-")
+    if src == "fleet":
+        return f"fleet: {evidence.get('node', '?')}"
+    return src
+
+
 def _policy_row(p: Any, active: int) -> tuple[str, ...]:
     speed = f"{p.speedup:.3f}x" if p.HasField("speedup") else "-"
-    if json.loads(p.evidence_json or "{}").get("unconfirmed"):
+    evidence = json.loads(p.evidence_json or "{}")
+    if evidence.get("unconfirmed"):
         speed += " (unconfirmed)"
     ci = f"[{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.HasField("ci_low") and p.HasField("ci_high") else "-"
     env = " ".join(f"{k}={v}" for k, v in sorted(p.env.items()))
     for item in json.loads(p.live_json or "[]"):
         args = ",".join(f"{k}={v}" for k, v in sorted(item.get("setting", {}).items()))
         env += f" live:{item['lever']}" + (f"({args})" if args else "")
-    return (str(p.id), p.status + (" *" if p.id == active else ""), speed, ci, p.gpu_model or "-", env)
+    status = p.status + (" *" if p.id == active else "")
+    return (str(p.id), status, speed, ci, p.gpu_model or "-", _source(evidence), env)
 
 
 def run(args: argparse.Namespace, client: Client) -> int:
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
         )
         print()
         render.table(
-            ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "SETTINGS"),
+            ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "FROM", "SETTINGS"),
             [_policy_row(p, w.active_policy_id) for p in w.policies],
         )
         if w.launch_trials:
