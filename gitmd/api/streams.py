@@ -21,29 +21,40 @@ from gitmd.auth.access import Caller
 from gitmd.errors import ResourceExhaustedError
 
 PER_CALLER = 4
+PER_CALLER_CALLS = 4
+RESERVED = 2  # workers only root, admins and schedulers' unary calls may take
 
 
-class StreamSlots:
-    def __init__(self, workers: int, per_caller: int = PER_CALLER) -> None:
-        self.total = max(1, workers // 2)
+class _Slots:
+    """Places held per caller and by all callers together; a caller past either is refused
+    (RESOURCE_EXHAUSTED) with what to do, and a place is given back however the call ends."""
+
+    mine_full = ""  # the refusal of a caller at its own limit: {caller} {n}
+
+    def __init__(self, total: int, per_caller: int) -> None:
+        self.total = max(1, total)
         self.per_caller = per_caller
         self._open: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def exempt(self, caller: Caller) -> bool:
+        return False
+
+    def _full(self, rpc: str) -> str:
+        raise NotImplementedError
+
     @contextmanager
     def hold(self, caller: Caller, rpc: str) -> Iterator[None]:
+        if self.exempt(caller):
+            yield
+            return
         key = caller.name if caller.uid is None else f"uid:{caller.uid}"
         with self._lock:
             mine = self._open.get(key, 0)
             if mine >= self.per_caller:
-                raise ResourceExhaustedError(
-                    f"{rpc}: {caller.name} has {mine} streams open, the most one caller may hold; "
-                    "close one (a `gitmctl ... --watch` or a trace) first"
-                )
+                raise ResourceExhaustedError(f"{rpc}: " + self.mine_full.format(caller=caller.name, n=mine))
             if sum(self._open.values()) >= self.total:
-                raise ResourceExhaustedError(
-                    f"{rpc}: gitmd has {self.total} streams open, the most it serves at once; try again later"
-                )
+                raise ResourceExhaustedError(self._full(rpc))
             self._open[key] = mine + 1
         try:
             yield
@@ -60,43 +71,31 @@ class StreamSlots:
             return sum(self._open.values())
 
 
-PER_CALLER_CALLS = 4
-RESERVED = 2  # workers only root, admins and schedulers' calls may take
+class StreamSlots(_Slots):
+    """Open streams: PER_CALLER a caller, half the workers in all."""
+
+    mine_full = (
+        "{caller} has {n} streams open, the most one caller may hold; "
+        "close one (a `gitmctl ... --watch` or a trace) first"
+    )
+
+    def __init__(self, workers: int, per_caller: int = PER_CALLER) -> None:
+        super().__init__(workers // 2, per_caller)
+
+    def _full(self, rpc: str) -> str:
+        return f"{rpc}: gitmd has {self.total} streams open, the most it serves at once; try again later"
 
 
-class CallSlots:
+class CallSlots(_Slots):
     """Unary calls in flight, per caller and for every unprivileged caller together."""
 
-    def __init__(self, workers: int, per_caller: int = PER_CALLER_CALLS) -> None:
-        self.total = max(1, workers - max(1, workers // 2) - RESERVED)
-        self.per_caller = per_caller
-        self._open: dict[str, int] = {}
-        self._lock = threading.Lock()
+    mine_full = "{caller} has {n} calls in flight, the most one caller may have; wait for one to return"
 
-    @contextmanager
-    def hold(self, caller: Caller, rpc: str) -> Iterator[None]:
-        if caller.is_root or caller.acts_for_others:
-            yield  # the reserved workers are theirs; they can only slow themselves
-            return
-        key = caller.name if caller.uid is None else f"uid:{caller.uid}"
-        with self._lock:
-            mine = self._open.get(key, 0)
-            if mine >= self.per_caller:
-                raise ResourceExhaustedError(
-                    f"{rpc}: {caller.name} has {mine} calls in flight, the most one caller may have; "
-                    "wait for one to return"
-                )
-            if sum(self._open.values()) >= self.total:
-                raise ResourceExhaustedError(
-                    f"{rpc}: gitmd is serving {self.total} calls of other users; try again in a moment"
-                )
-            self._open[key] = mine + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                left = self._open.get(key, 1) - 1
-                if left:
-                    self._open[key] = left
-                else:
-                    self._open.pop(key, None)
+    def __init__(self, workers: int, per_caller: int = PER_CALLER_CALLS) -> None:
+        super().__init__(workers - max(1, workers // 2) - RESERVED, per_caller)
+
+    def exempt(self, caller: Caller) -> bool:
+        return caller.is_root or caller.acts_for_others  # the reserved workers are theirs
+
+    def _full(self, rpc: str) -> str:
+        return f"{rpc}: gitmd is serving {self.total} calls of other users; try again in a moment"

@@ -241,16 +241,7 @@ class Config:
     def summary(self) -> dict[str, str]:
         """Flattened "section.key" -> value, for GetStatus and logs."""
         out: dict[str, str] = {}
-        for section in (
-            "daemon",
-            "telemetry",
-            "metrics",
-            "capture",
-            "experiments",
-            "access",
-            "remote",
-            "fleet",
-        ):
+        for section in SECTIONS:
             for f in dataclasses.fields(getattr(self, section)):
                 value = getattr(getattr(self, section), f.name)
                 if f.name == "socket_mode":
@@ -269,17 +260,7 @@ class Config:
         "key = value" lines that were not TOML). A setting left unset is a comment; the
         simulated backend's episodes and processes are not written."""
         lines = [f"# gitmd's effective configuration ({self.source or 'built-in defaults'})"]
-        for name in (
-            "daemon",
-            "telemetry",
-            "metrics",
-            "capture",
-            "experiments",
-            "access",
-            "remote",
-            "fleet",
-            "sim",
-        ):
+        for name in (*SECTIONS, "sim"):
             section = getattr(self, name)
             lines.append(f"\n[{name}]")
             for f in dataclasses.fields(section):

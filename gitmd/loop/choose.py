@@ -41,14 +41,6 @@ class Choose:
         self.targets = targets
         self.trials = trials
 
-    def explorable(self, job: Job) -> bool:
-        """What live experiments and launch-trial planning both ask of a job: its registration
-        allows exploration, it did not get its workload's policy (known), and it is past start-up
-        (settled) — start-up is not its steady state: weights copied from pageable memory for
-        seconds look like a cause, and transformer's first window looked launch-bound (H200,
-        2026-12-03: a CPU experiment ran on its start-up)."""
-        return not self.not_explorable(job)
-
     def _report(self, job: Job) -> WindowReport | None:
         try:
             return self.attribute.report(job)
@@ -110,7 +102,11 @@ class Choose:
         return f"{top.name}: " + ("; ".join(skipped) or "no live lever addresses it")
 
     def not_explorable(self, job: Job) -> str:
-        """Why the job may not be explored now ("" : it may)."""
+        """What live experiments and launch-trial planning both ask of a job: its registration
+        allows exploration, it did not get its workload's policy (known), and it is past start-up
+        (settled) — start-up is not its steady state: weights copied from pageable memory for
+        seconds look like a cause, and transformer's first window looked launch-bound (H200,
+        2026-12-03: a CPU experiment ran on its start-up). Why not ("" : it may be explored)."""
         if not job.allow_exploration:
             return "its registration does not allow exploration"
         if self.pub.known(job.id):

@@ -131,15 +131,8 @@ class Library:
         new workload is that user's (migration 0019): one user's runs never feed another's."""
         now = time.time_ns()
         with self.store.transaction() as db:
-            best_id, best = None, 0.0
-            rows = db.query(
-                "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner_uid]
-            )
-            for r in rows:
-                s = similarity(sig, signature_from_json(r["signature"]))
-                if s > best:
-                    best_id, best = r["id"], s
-            if best_id is None or best < MATCH_THRESHOLD:
+            best_id = _best_match(db, sig, owner_uid)
+            if best_id is None:
                 best_id = sig.id
                 taken = db.execute("SELECT owner_uid FROM workloads WHERE id = ?", [best_id]).fetchone()
                 if taken is not None and taken[0] != owner_uid:  # the same program, another user's
@@ -185,14 +178,7 @@ class Library:
                     wid = row[0]
                     break
             if wid is None:
-                best = 0.0
-                rows = db.query(
-                    "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner]
-                )
-                for r in rows:
-                    s = similarity(sig, signature_from_json(r["signature"]))
-                    if s >= MATCH_THRESHOLD and s > best:
-                        wid, best = r["id"], s
+                wid = _best_match(db, sig, owner)
             if wid is None:
                 wid = hashlib.sha1(f"fleet:{owner}:{sig.id}".encode()).hexdigest()[: len(sig.id)]
                 db.execute(
@@ -386,3 +372,17 @@ def _owned_key(key: str) -> bool:
     """A launch key bound to its user ("uid:1000 ..."; gitmd.jobs.launch_key.owned)."""
     head = key.split(" ", 1)[0]
     return head.startswith("uid:") and head[4:].isdigit()
+
+
+def _best_match(db: Any, sig: Signature, owner_uid: int | None) -> str | None:
+    """The workload of ``owner_uid``'s (or a shared one) whose fingerprint is most like ``sig``, if
+    any matches (MATCH_THRESHOLD)."""
+    best_id, best = None, 0.0
+    rows = db.query(
+        "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner_uid]
+    )
+    for r in rows:
+        s = similarity(sig, signature_from_json(r["signature"]))
+        if s > best:
+            best_id, best = r["id"], s
+    return best_id if best_id is not None and best >= MATCH_THRESHOLD else None

@@ -121,7 +121,8 @@ def test_one_callers_refusals_are_audited_at_a_bounded_rate_and_others_still_are
     assert [r.actor for r in rows].count(alice.name) == 1
     time.sleep(1.05)  # the next second: the next row says how many were left out
     gate.record(mallory, "RevertIntervention", "denied", detail="not hers")
-    newest = log.list(limit=1)[0]
-    assert newest.actor == mallory.name and "more refusals of uid 1666 (mallory)" in newest.detail
+    # the rows left out are counted in the next row of a later second (the 1,000 calls may span two)
+    theirs = [r for r in log.list(limit=10_000) if r.actor == mallory.name]
+    assert any("more refusals of uid 1666 (mallory)" in r.detail for r in theirs)
     gate.record(mallory, "GetStatus", "ok")  # what succeeds is never held back
     assert log.list(limit=1)[0].outcome == "ok"
