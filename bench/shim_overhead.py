@@ -298,7 +298,7 @@ def main() -> int:
             )
     # Within a process (its own placement and clocks, the spread between processes gone): the open
     # window over the closed one, and CUPTI alone on over off — the floor no CUPTI capture goes below.
-    # Paired per process, as gitmd's experiments pair their arms (geometric mean, bootstrap interval).
+    # Paired per process, as gitmd's experiments pair their arms (geometric mean, t interval).
     for w in WORKLOADS:
         for label, on, off in (
             ("the shim, (c) open over (b) closed, detach", "c_detach", "b_detach"),

@@ -120,7 +120,7 @@ def measure_env(p: Program, env: dict[str, str], pairs: int, logs: Path, timeout
 
 
 def interval(ratios: list[float]) -> list[float] | None:
-    """95% interval of the speedup over paired ratios: gitmd's own rule (a bootstrap of the pairs'
+    """95% interval of the speedup over paired ratios: gitmd's own rule (Student's t on the pairs'
     log ratios, gitmd.experiments.decide); null below 2 pairs."""
     if len(ratios) < 2:
         return None

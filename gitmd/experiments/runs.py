@@ -11,7 +11,7 @@ windows where the program's own batches showed ~1.0x, H200 2026-12-03). A job th
 gets faster runs; one that runs for a fixed time shows no gain, so nothing is promoted — never a
 false gain. Its outputs for the contract are its exit status and the stdout metric values its
 launcher reported at exit. Once ``rounds`` pairs are complete the trial is decided like any
-experiment (paired bootstrap; the contract must hold in every pair); a promoted lever becomes a
+experiment (paired t interval; the contract must hold in every pair); a promoted lever becomes a
 validated policy of the workload, so the next launch gets it at once with no experiment.
 
 A speedup larger than its cause allows is a measurement error, not a win: attribution said what
