@@ -155,6 +155,7 @@ class Daemon:
                 fleet = FleetSync(cfg.fleet, library, gpus[0].name if gpus else "", backend.driver_version())
                 fleet.start()
                 self.service.loop.d.fleet_miss = fleet.trigger
+                self.service.fleet = fleet
                 self._on_stop("fleet sync", fleet.stop)
                 log.info(
                     "fleet: node %s syncs with %s every %g s",

@@ -52,3 +52,11 @@ class PermissionDeniedError(GitmdError):
 
 class ResourceExhaustedError(GitmdError):
     """A per-caller or daemon-wide limit was reached; the message says which and what to do."""
+
+
+class FailedPreconditionError(GitmdError):
+    """The request needs something this daemon does not have on (the fleet, capture...)."""
+
+
+class UnavailableError(GitmdError):
+    """Something the request needs is away for now (the fleet store); try again later."""

@@ -11,14 +11,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitmd import __version__
 from gitmd.analysis.report import WindowReport
 from gitmd.analysis.worker import GrangerWorker
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
-from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from gitmd.events import Watch
 from gitmd.experiments.interventions import Intervention, Interventions
 from gitmd.experiments.live import Experiment, ExperimentStore
@@ -43,6 +43,9 @@ from gitmd.store.pause import PauseState
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import GpuInfo, GpuSample, TelemetryBackend
 from gitmd.telemetry.sampler import Sampler
+
+if TYPE_CHECKING:
+    from gitmd.fleet.sync import FleetSync
 
 # names the API and tests import from here
 __all__ = [
@@ -97,6 +100,7 @@ class Service:
         self.jobs = jobs
         self.capture = capture
         self.library = library
+        self.fleet: FleetSync | None = None  # [fleet] on: the daemon sets its sync here
         self.audit = Audit(jobs.store)
         self.interventions = Interventions(jobs.store, backend)
         self.experiments = ExperimentStore(jobs.store)
@@ -239,6 +243,14 @@ class Service:
     # -- library -------------------------------------------------------------------------------
     def workloads(self) -> list[Workload]:
         return self.library.list()
+
+    def fleet_policies(self, limit: int) -> list[dict[str, Any]]:
+        """What the fleet store knows (gitmd/fleet/sync.py FleetSync.listing)."""
+        if self.fleet is None:
+            raise FailedPreconditionError(
+                "the fleet is off on this node: [fleet] url is not set in gitmd.toml"
+            )
+        return self.fleet.listing(max(1, min(limit, 1000)))
 
     def workload(self, workload_id: str) -> Workload:
         return self.library.get(workload_id)

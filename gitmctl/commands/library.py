@@ -19,7 +19,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         NAME, parents=[common], help="workloads and their policies (list, show, pin, export...)"
     )
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    acts.add_parser("list", parents=[common], help="every workload")
+    ls = acts.add_parser("list", parents=[common], help="every workload (--fleet: every node's policies)")
+    ls.add_argument(
+        "--fleet", action="store_true", help="what the fleet store knows: each policy, its node, how it held"
+    )
+    ls.add_argument("--limit", type=int, default=100, help="with --fleet: the newest N policies (100)")
     show = acts.add_parser("show", parents=[common], help="one workload with its policies")
     show.add_argument("workload")
     for verb, text in (
@@ -52,7 +56,9 @@ def _source(evidence: dict[str, Any]) -> str:
     another node through the fleet (its node)."""
     src = str(evidence.get("source") or "-")
     if src == "fleet":
-        return f"fleet: {evidence.get('node', '?')}"
+        suspect = evidence.get("suspect")
+        flag = f" (suspect on {suspect.get('node', '?')})" if isinstance(suspect, dict) else ""
+        return f"fleet: {evidence.get('node', '?')}{flag}"
     return src
 
 
@@ -70,8 +76,56 @@ def _policy_row(p: Any, active: int) -> tuple[str, ...]:
     return (str(p.id), status, speed, ci, p.gpu_model or "-", _source(evidence), env)
 
 
+def _held(evidence: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """How a policy held on each node that tried it on its own runs: this node's confirmation of a
+    policy from the fleet, the others' (evidence.nodes), a suspicion another node raised."""
+    rows = []
+    mine = evidence.get("confirmed")
+    if isinstance(mine, dict):
+        rows.append(("this node", *_outcome(mine)))
+    for node, o in sorted((evidence.get("nodes") or {}).items()):
+        if isinstance(o, dict):
+            rows.append((str(node), *_outcome(o)))
+    if evidence.get("driver_differs"):
+        rows.append(("-", "driver", "-", str(evidence["driver_differs"])))
+    return rows
+
+
+def _outcome(o: dict[str, Any]) -> tuple[str, str, str]:
+    word = "held" if o.get("held") else "suspect" if o.get("suspect") else "not held"
+    speed = f"{o['speedup']:.3f}x" if isinstance(o.get("speedup"), (int, float)) else "-"
+    return word, speed, str(o.get("reason", ""))[:90]
+
+
+def _fleet(args: argparse.Namespace, client: Client) -> int:
+    if args.limit < 1 or args.limit > 1000:
+        print("gitmctl library list: --limit must be 1..1000", file=sys.stderr)
+        return 2
+    resp = client.call(client.stub.ListWorkloads, pb.ListWorkloadsRequest(fleet=True, limit=args.limit))
+    if args.json:
+        render.print_json(resp)
+        return 0
+    rows = []
+    for f in resp.fleet:
+        env = " ".join(f"{k}={v}" for k, v in sorted(f.env.items()))
+        for item in json.loads(f.live_json or "[]"):
+            env += f" live:{item.get('lever', '?')}" if isinstance(item, dict) else ""
+        held = ", ".join(
+            f"{o.node}: " + ("held" if o.held else "suspect" if o.suspect else "not held") for o in f.outcomes
+        )
+        rows.append((
+            f.origin, f.workload_name or "-", f.gpu_model or "-",
+            f"{f.speedup:.3f}x" if f.HasField("speedup") else "-", f.state,
+            str(f.local_policy_id or "-"), held or "-", env.strip()[:60],
+        ))  # fmt: skip
+    render.table(("ORIGIN", "WORKLOAD", "GPU", "SPEEDUP", "STATE", "HERE", "HELD ON", "SETTINGS"), rows)
+    return 0
+
+
 def run(args: argparse.Namespace, client: Client) -> int:
     stub = client.stub
+    if args.action == "list" and args.fleet:
+        return _fleet(args, client)
     if args.action == "list":
         resp = client.call(stub.ListWorkloads, pb.ListWorkloadsRequest())
         if args.json:
@@ -106,6 +160,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ("runs", str(w.run_count)),
                 ("launch keys", ", ".join(w.launch_keys) or "-"),
                 ("one step", " > ".join(w.step_families)[:200]),
+                ("in force", w.active_reason or "-"),
             ],
         )
         print()
@@ -113,6 +168,10 @@ def run(args: argparse.Namespace, client: Client) -> int:
             ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "FROM", "SETTINGS"),
             [_policy_row(p, w.active_policy_id) for p in w.policies],
         )
+        held = [(str(p.id), *r) for p in w.policies for r in _held(json.loads(p.evidence_json or "{}"))]
+        if held:
+            print()
+            render.table(("POLICY", "NODE", "ON ITS OWN RUNS", "SPEEDUP", "WHY"), held)
         if w.launch_trials:
             print()
             render.table(

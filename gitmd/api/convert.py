@@ -189,7 +189,30 @@ def workload_to_pb(w: Workload) -> Any:
         launch_keys=list(w.launch_keys),
         policies=[policy_to_pb(p) for p in w.policies],
         active_policy_id=active.id if active else 0,
+        active_reason=w.choice(),
     )
+
+
+def fleet_policy_to_pb(r: dict[str, Any]) -> Any:
+    msg = pb.FleetPolicy(
+        origin=r["origin"],
+        node=r["node"],
+        workload_name=r["workload_name"],
+        gpu_model=r["gpu_model"],
+        env=r["env"],
+        live_json=json.dumps(r["live"]),
+        created_unix_ns=r["created_ns"],
+        state=r["state"],
+        local_policy_id=r["local_policy_id"],
+    )
+    for k in ("speedup", "ci_low", "ci_high"):
+        if r[k] is not None:
+            setattr(msg, k, r[k])
+    for o in r["outcomes"]:
+        out = msg.outcomes.add(node=o["node"], held=o["held"], suspect=o["suspect"], reason=o["reason"])
+        if o["speedup"] is not None:
+            out.speedup = o["speedup"]
+    return msg
 
 
 def trial_to_pb(t: LaunchTrial) -> Any:

@@ -23,12 +23,14 @@ from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.access import ADMIN, Access, Caller
 from gitmd.auth.gate import Gate
 from gitmd.errors import (
+    FailedPreconditionError,
     GitmdError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnauthenticatedError,
+    UnavailableError,
 )
 from gitmd.experiments import equivalence
 from gitmd.experiments.tune import TunedLever
@@ -45,6 +47,8 @@ _CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (UnavailableError, grpc.StatusCode.UNAVAILABLE),
 )
 
 Method = Callable[[Any, Any, grpc.ServicerContext, Caller], Any]  # (servicer, request, context, caller)
@@ -280,6 +284,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):
     # -- the library (readers; changes need the admin role) -----------------------------------
     @_rpc
     def ListWorkloads(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        if request.fleet:  # what the fleet store knows, every node's (gitmctl library list --fleet)
+            rows = self.svc.fleet_policies(request.limit or 100)
+            return pb.ListWorkloadsResponse(fleet=[convert.fleet_policy_to_pb(r) for r in rows])
         return pb.ListWorkloadsResponse(workloads=[convert.workload_to_pb(w) for w in self.svc.workloads()])
 
     @_rpc

@@ -152,6 +152,26 @@ class LaunchTrials:
             )
             return self._get(db, int(cur.lastrowid or 0))
 
+    def plan_confirm(self, workload_id: str, lever: EnvLever, source: str) -> LaunchTrial | None:
+        """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs:
+        none while another trial of the workload runs, and one per policy."""
+        pid = lever.setting["policy"]
+        with self.store.transaction() as db:
+            rows = db.conn.execute(
+                "SELECT id FROM launch_trials WHERE workload_id = ? AND (state = 'running' OR "
+                "(lever = ? AND json_extract(setting, '$.policy') = ?))",
+                [workload_id, lever.name, pid],
+            ).fetchall()
+            if rows:
+                return None
+            now = time.time_ns()
+            cur = db.conn.execute(
+                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
+                "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, 0, 0, 'running', ?, ?)",
+                (workload_id, lever.name, json.dumps(lever.setting), source, now, now),
+            )
+            return self._get(db, int(cur.lastrowid or 0))
+
     def assign(self, workload_id: str, job_id: str, uid: int) -> tuple[LaunchTrial, str] | None:
         """The running trial of the workload and this run's arm (recorded), or None."""
         with self.store.transaction() as db:

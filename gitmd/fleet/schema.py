@@ -25,6 +25,17 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE INDEX fleet_events_origin ON fleet_events (origin);
         """,
     ),
+    (
+        2,
+        "trust",
+        # a node's confirmation of a policy learned elsewhere (held, not held, suspect), and an
+        # admin's pin or unpin; nodes on version 1 stop syncing (a newer schema) and keep working alone
+        """
+        ALTER TABLE fleet_events DROP CONSTRAINT fleet_events_kind_check;
+        ALTER TABLE fleet_events ADD CONSTRAINT fleet_events_kind_check
+            CHECK (kind IN ('policy', 'revert', 'confirm', 'pin', 'unpin'));
+        """,
+    ),
 )
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitmd.config import FleetConfig
-from gitmd.errors import GitmdError
+from gitmd.errors import GitmdError, UnavailableError
 from gitmd.fleet.schema import MAX_PAYLOAD_BYTES, migrate
 from gitmd.store.library import Library
-from gitmd.store.library_document import check_env
+from gitmd.store.library_document import check_env, check_live
 from gitmd.store.library_model import policy_from_row, signature_from_json
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,26 @@ PUSH_LOCK_ID = 0x6769746E  # pg_advisory_xact_lock key that orders pushes
 TRIGGER_EVERY_S = 5.0
 MAX_NAME = 256  # an event's node, origin and GPU model at most
 MAX_KEYS = 64  # launch keys carried with a policy
+
+
+LISTING = (
+    "WITH first AS (SELECT DISTINCT ON (origin) origin, seq, left(node, %s), left(gpu_model, %s), payload, "
+    "created_at FROM fleet_events WHERE kind IN ('policy', 'pin') AND octet_length(payload::text) <= %s "
+    "ORDER BY origin, seq), "
+    "latest AS (SELECT DISTINCT ON (origin) origin, kind FROM fleet_events "
+    "WHERE kind IN ('revert', 'pin', 'unpin') ORDER BY origin, seq DESC) "
+    "SELECT f.*, l.kind FROM first f LEFT JOIN latest l USING (origin) ORDER BY f.seq DESC LIMIT %s"
+)
+
+
+def _of(d: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``d[key]`` when it is a ``kind``, else ``default`` (a row from the fleet store is untrusted)."""
+    x = d.get(key)
+    return x if isinstance(x, kind) else default
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 class RefusedEvent(ValueError):
@@ -77,6 +97,7 @@ class FleetSync:
         self._failing = False
         self._migrated = False
         self._triggered = -TRIGGER_EVERY_S
+        self.behind = False  # the last round's pull was a full batch: more events wait
         library.fleet_outbox = True
 
     # -- the fleet store ---------------------------------------------------------------------------
@@ -115,7 +136,7 @@ class FleetSync:
         try:
             conn = self._connect()
             pushed = self._push(conn)
-            pulled, refused = self._pull(conn)
+            pulled, refused, self.behind = self._pull(conn)
         except Exception as e:  # the fleet store away, slow, or broken: this node goes on alone
             self._migrated = False
             self._count(errors=1, last_error=f"{type(e).__name__}: {e}"[:500])
@@ -159,8 +180,9 @@ class FleetSync:
         return len(done)
 
     def _event(self, kind: str, policy_id: int) -> dict[str, Any] | None:
-        """What the fleet is told of a local policy: where it was learned (its origin), and for a
-        promotion what another node needs to use it (the workload's fingerprint and launch keys)."""
+        """What the fleet is told of a local policy: where it was learned (its origin); for a
+        promotion or a pin, what another node needs to use it (the workload's fingerprint and launch
+        keys); for a confirmation, how it held on this node's runs."""
         with self.store.reading() as db:
             rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
             if not rows:
@@ -174,27 +196,35 @@ class FleetSync:
         origin = str(p.evidence.get("origin") or f"{self.node}:{p.id}")
         if kind == "revert":
             return {"origin": origin, "payload": {"reason": "reverted on " + self.node}}
-        if (
-            w is None
-            or p.evidence.get("source") in ("fleet", "tune")
-            or p.evidence.get("scope_uid") is not None
+        if kind == "unpin":
+            return {"origin": origin, "payload": {"by": p.pinned_by}}
+        if kind == "confirm":
+            confirmed = p.evidence.get("confirmed")
+            return {"origin": origin, "payload": confirmed} if isinstance(confirmed, dict) else None
+        if w is None or (p.env == {} and not p.live):
+            return None
+        if kind == "policy" and (
+            p.evidence.get("source") in ("fleet", "tune") or p.evidence.get("scope_uid") is not None
         ):
             # a policy the fleet sent is not sent back; a `gitmctl tune` result is its user's own
-            # (scoped to them, from figures they sent) and stays on this node
+            # (scoped to them, from figures they sent) and stays on this node — until an admin pins it
             return None
-        if p.live or not p.env:
-            return None  # live levers are found anew in each run on this node's processes: not shared yet
         payload = {
             "workload": {"name": w["name"], "signature": json.loads(w["signature"]), "launch_keys": keys},
             "env": p.env,
+            "live": list(p.live),
             "speedup": p.speedup,
             "ci": [p.ci_low, p.ci_high] if p.ci_low is not None else None,
             "driver": p.driver or self.driver,
             "evidence": p.evidence,
         }
+        if kind == "pin":
+            payload["pinned_by"] = p.pinned_by
         return {"origin": origin, "payload": payload}
 
-    def _pull(self, conn: Any) -> tuple[int, int]:
+    def _pull(self, conn: Any) -> tuple[int, int, bool]:
+        """Applied, refused, and whether more events wait (a full batch: a node joining a fleet with
+        a long history runs its rounds back to back until it has caught up)."""
         cursor = self.status().cursor
         rows = conn.execute(
             "SELECT seq, kind, left(node, %s), left(origin, %s), left(gpu_model, %s), "
@@ -217,10 +247,12 @@ class FleetSync:
                 log.warning("fleet: event %d from %s (%s) refused, nothing changed: %s", seq, node, origin, e)
         with self.store.transaction() as db:
             db.execute("UPDATE fleet_state SET cursor = ? WHERE id = 1", [cursor])
-        return applied, refused
+        return applied, refused, len(rows) == BATCH
 
     # -- applying what others learned ----------------------------------------------------------------
     def apply(self, kind: str, node: str, origin: str, gpu_model: str, payload: Any, seq: int) -> None:
+        if not isinstance(payload, dict):
+            raise RefusedEvent("payload is not an object")
         if kind == "revert":
             for pid in self._from(origin, live_only=True):
                 self.library.revert(pid, push=False)
@@ -228,11 +260,30 @@ class FleetSync:
                     "fleet: policy %d (learned on %s) reverted: %s", pid, origin, payload.get("reason", "")
                 )
             return
-        if kind != "policy" or not isinstance(payload, dict):
+        if kind == "confirm":
+            self._confirmed(node, origin, payload)
+            return
+        if kind == "unpin":
+            for pid in self._local(origin):
+                p = self.library.get_policy(pid)
+                if p.status == "pinned" and p.pinned_by.startswith("fleet"):
+                    self.library.unpin(pid, push=False)
+                    log.info("fleet: policy %d unpinned (unpinned on %s)", pid, node)
+            return
+        if kind not in ("policy", "pin"):
             raise RefusedEvent(f"unknown event kind {kind!r}")
         if gpu_model != self.gpu_model:
             raise RefusedEvent(f"learned on {gpu_model!r}, this node has {self.gpu_model!r}")
-        if self._from(origin, live_only=False):
+        have = self._local(origin)
+        if kind == "pin":
+            by = f"fleet: {str(payload.get('pinned_by', ''))[:64]} on {node}"
+            for pid in have:
+                if self.library.get_policy(pid).status == "validated":  # one reverted here stays so
+                    self.library.pin(pid, by, push=False)
+                    log.info("fleet: policy %d pinned (%s)", pid, by)
+            if have:
+                return
+        elif have:
             return  # had already (in whatever state: a policy reverted here is not brought back)
         w = payload["workload"]
         keys = w.get("launch_keys", [])
@@ -253,36 +304,132 @@ class FleetSync:
             and all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci)
         ):
             raise RefusedEvent(f"bad interval {ci!r}")
-        env = payload["env"]
-        check_env(env, "env", self.library.allowed_env)  # the catalog's variables only, before anything
+        env, live = payload["env"], payload.get("live", [])
+        # the catalog's variables and live levers only, before anything
+        check_env(env, "env", self.library.allowed_env)
+        check_live(live, "live")
         sig = signature_from_json(json.dumps(w["signature"]))
         name = str(w.get("name", ""))[:256]
         wid = self.library.adopt(sig, name, keys)
-        evidence = {"source": "fleet", "node": node, "origin": origin, "fleet_seq": seq,
-                    "driver": str(payload.get("driver", ""))[:64]}  # fmt: skip
-        self.library.add_policy(
-            wid,
-            env,
-            "validated",
-            speedup,
-            tuple(ci) if ci else None,
-            evidence,
-            gpu_model,
-            str(payload.get("driver", ""))[:64],
+        driver = str(payload.get("driver", ""))[:64]
+        evidence = {"source": "fleet", "node": node, "origin": origin, "fleet_seq": seq, "driver": driver}
+        if driver and self.driver and driver.split(".")[0] != self.driver.split(".")[0]:
+            evidence["driver_differs"] = f"learned with driver {driver}, this node has {self.driver}"
+        p = self.library.add_policy(
+            wid, env, "validated", speedup, tuple(ci) if ci else None, evidence, gpu_model, driver, live=live
         )
+        if kind == "pin":
+            self.library.pin(p.id, f"fleet: {str(payload.get('pinned_by', ''))[:64]} on {node}", push=False)
         log.info("fleet: a policy learned on %s for %s (%s) is known here now", node, name or wid, origin)
+
+    def _confirmed(self, node: str, origin: str, payload: dict[str, Any]) -> None:
+        """Another node's trial of a policy it had from the fleet: kept with this node's copy (or
+        with the policy itself, where this node learned it); suspect there (a slower job or changed
+        outputs) keeps a copy this node has not confirmed itself from being applied here."""
+        held, suspect = bool(payload.get("held")), bool(payload.get("suspect"))
+        outcome = {
+            "held": held,
+            "suspect": suspect,
+            "speedup": _number(payload.get("speedup")),
+            "reason": str(payload.get("reason", ""))[:300],
+        }
+
+        def update(e: dict[str, Any]) -> None:
+            nodes = e.setdefault("nodes", {})
+            if isinstance(nodes, dict) and (node in nodes or len(nodes) < MAX_KEYS):
+                nodes[node[:MAX_NAME]] = outcome
+            if suspect and e.get("source") == "fleet" and "confirmed" not in e:
+                e["suspect"] = {"node": node[:MAX_NAME], "reason": outcome["reason"]}
+
+        for pid in self._local(origin):
+            self.library.note(pid, update)
+            if suspect:
+                log.warning("fleet: policy %d is suspect on %s: %s", pid, node, outcome["reason"])
+
+    def _local(self, origin: str) -> list[int]:
+        """The policies here that ``origin`` names: the copies the fleet brought, or this node's own
+        policy when it was learned here ("<this node>:<id>")."""
+        got = self._from(origin, live_only=False)
+        mine, _, pid = origin.rpartition(":")
+        if mine == self.node and pid.isdigit():
+            with self.store.reading() as db:
+                row = db.conn.execute(
+                    "SELECT id FROM policies WHERE id = ? AND json_extract(evidence, '$.source') "
+                    "IS NOT 'fleet'",
+                    [int(pid)],
+                ).fetchone()
+            if row is not None:
+                got.append(int(row[0]))
+        return got
 
     def _from(self, origin: str, live_only: bool) -> list[int]:
         """Policies the fleet brought here from ``origin`` (``live_only``: those still in force and
-        not pinned: a fleet revert never touches what this node learned itself or an admin pinned)."""
-        state = "AND status NOT IN ('reverted', 'pinned')" if live_only else ""
+        not pinned here: a fleet revert never touches what this node learned itself or what this
+        node's admin pinned; a pin that came from the fleet, it does)."""
+        state = "AND status != 'reverted' AND (status != 'pinned' OR pinned_by LIKE 'fleet:%')"
         with self.store.reading() as db:
             rows = db.conn.execute(
                 "SELECT id FROM policies WHERE json_extract(evidence, '$.source') = 'fleet' "
-                f"AND json_extract(evidence, '$.origin') = ? {state}",
+                f"AND json_extract(evidence, '$.origin') = ? {state if live_only else ''}",
                 [origin],
             ).fetchall()
         return [int(r[0]) for r in rows]
+
+    # -- what the fleet knows (gitmctl library list --fleet) -------------------------------------------
+    def listing(self, limit: int) -> list[dict[str, Any]]:
+        """The fleet store's newest ``limit`` policies, each with its state across the fleet (its
+        latest revert, pin or unpin) and each node's confirmation, read now from the server (on its
+        own connection, a statement bounded by connect_timeout_s). Rows are read as untrusted: a
+        value of the wrong type is left out, strings are cut. Raises UnavailableError when the fleet
+        store cannot be reached."""
+        import psycopg
+
+        kw: dict[str, Any] = {"connect_timeout": max(1, math.ceil(self.cfg.connect_timeout_s))}
+        if self.cfg.sslmode:
+            kw["sslmode"] = self.cfg.sslmode
+        if self.cfg.sslrootcert is not None:
+            kw["sslrootcert"] = str(self.cfg.sslrootcert)
+        try:
+            password = read_password(self.cfg)
+            if password is not None:
+                kw["password"] = password
+            kw["options"] = f"-c statement_timeout={int(self.cfg.connect_timeout_s * 1000)}"
+            with psycopg.connect(self.cfg.url, autocommit=True, application_name="gitmctl", **kw) as conn:
+                rows = conn.execute(LISTING, [MAX_NAME, MAX_NAME, MAX_PAYLOAD_BYTES, limit]).fetchall()
+                origins = [r[0] for r in rows]
+                confirms = conn.execute(
+                    "SELECT DISTINCT ON (origin, node) origin, left(node, %s), payload FROM fleet_events "
+                    "WHERE kind = 'confirm' AND origin = ANY(%s) AND octet_length(payload::text) <= %s "
+                    "ORDER BY origin, node, seq DESC",
+                    [MAX_NAME, origins, MAX_PAYLOAD_BYTES],
+                ).fetchall()
+        except (psycopg.Error, OSError, GitmdError) as e:
+            raise UnavailableError(f"the fleet store cannot be read now: {e}") from None
+        outcomes: dict[str, list[dict[str, Any]]] = {}
+        for origin, node, payload in confirms:
+            if isinstance(payload, dict):
+                o = {"node": node, "held": bool(payload.get("held")), "suspect": bool(payload.get("suspect"))}
+                o.update(speedup=_number(payload.get("speedup")), reason=str(payload.get("reason", ""))[:300])
+                outcomes.setdefault(origin, []).append(o)
+        out = []
+        for origin, _seq, node, gpu, payload, created, latest in rows:
+            p: dict[str, Any] = payload if isinstance(payload, dict) else {}
+            w = _of(p, "workload", dict, {})
+            env = _of(p, "env", dict, {})
+            ci = _of(p, "ci", list, [])
+            ci = ci if len(ci) == 2 else [None, None]
+            local = self._local(origin)
+            out.append({
+                "origin": origin[:MAX_NAME], "node": node, "gpu_model": gpu,
+                "workload_name": str(w.get("name", ""))[:256],
+                "env": {str(k)[:128]: str(v)[:256] for k, v in list(env.items())[:64]},
+                "live": _of(p, "live", list, []),
+                "speedup": _number(p.get("speedup")), "ci_low": _number(ci[0]), "ci_high": _number(ci[1]),
+                "created_ns": int(created.timestamp() * 1e9),
+                "state": {"revert": "reverted", "pin": "pinned"}.get(latest or "", "in force"),
+                "outcomes": outcomes.get(origin, []), "local_policy_id": local[0] if local else 0,
+            })  # fmt: skip
+        return out
 
     # -- state -----------------------------------------------------------------------------------------
     def _count(self, **kw: Any) -> None:
@@ -317,8 +464,10 @@ class FleetSync:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()  # before the round: a trigger during it brings the next one at once
+            self.behind = False
             self.run_once()
-            self._wake.wait(self.cfg.pull_every_s)
+            if not self.behind:  # caught up (or failed): the next round at its time
+                self._wake.wait(self.cfg.pull_every_s)
 
     def stop(self) -> None:
         self._stop.set()

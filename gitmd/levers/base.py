@@ -52,7 +52,7 @@ class Target:
 class Lever(ABC):
     name: ClassVar[str]
     kind: ClassVar[Kind]
-    risk: ClassVar[Risk] = Risk.SAFE
+    risk: Risk = Risk.SAFE  # a class's own; PolicyEnv's is its variables' (per instance)
     causes: ClassVar[frozenset[str]] = frozenset()
     # it acts only on how the job's host threads run (where, at what priority, how they wait): it
     # cannot make a step shorter than the GPU's own work in it (experiments check what they measure

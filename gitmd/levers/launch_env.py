@@ -60,7 +60,7 @@ class EnvLever(Lever):
     """Set environment variables for the next launch."""
 
     kind = Kind.LAUNCH
-    variables: ClassVar[tuple[str, ...]] = ()
+    variables: tuple[str, ...] = ()  # a class's own; PolicyEnv's per instance
     # the same change made live (a lever of gitmd.levers.shim_knobs): tried within the run first; a
     # job that had it tried live gets no launch trial of this one
     live_form: ClassVar[str] = ""

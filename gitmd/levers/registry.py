@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitmd.levers.base import Kind, Lever
+from gitmd.levers.base import Kind, Lever, Risk
 from gitmd.levers.device import PowerLimit, SmClockLock
 from gitmd.levers.host import CpuAffinity, SchedPriority
 from gitmd.levers.launch_env import (
@@ -21,6 +21,7 @@ from gitmd.levers.launch_env import (
     CudnnBenchmark,
     DataloaderPinMemory,
     DataloaderWorkers,
+    EnvLever,
     Tf32Override,
 )
 from gitmd.levers.shim_knobs import (
@@ -64,7 +65,32 @@ def env_variables() -> frozenset[str]:
     return frozenset(v for cls in CATALOG.values() for v in getattr(cls, "variables", ()))
 
 
+class PolicyEnv(EnvLever):
+    """A policy's whole environment, as one launch lever: how a node confirms a policy another node
+    learned (the fleet) on its own runs, by the same launch trial as any lever. Not in the catalog:
+    no cause selects it. Its risk is the highest of the catalog levers whose variables it sets."""
+
+    name = "policy_env"
+    acts_through = ""
+
+    def __init__(self, policy: int, env: dict[str, str]) -> None:
+        super().__init__(policy=policy, env=dict(env))
+        owners = [cls for cls in CATALOG.values() if set(getattr(cls, "variables", ())) & set(env)]
+        risks = {cls.risk for cls in owners}
+        self.risk = next((r for r in (Risk.NUMERICS, Risk.MEMORY) if r in risks), Risk.SAFE)
+        self.variables = tuple(sorted(env))
+
+    def values(self) -> dict[str, str]:
+        return dict(self.setting["env"])
+
+    def describe(self) -> str:
+        env = " ".join(f"{k}={v}" for k, v in sorted(self.setting["env"].items()))
+        return f"policy {self.setting['policy']} ({env})"
+
+
 def make(name: str, **setting: Any) -> Lever:
+    if name == PolicyEnv.name:
+        return PolicyEnv(**setting)
     try:
         return CATALOG[name](**setting)
     except KeyError:

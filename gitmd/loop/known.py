@@ -15,6 +15,7 @@ from gitmd.loop.deps import Deps
 from gitmd.loop.observe import WINDOW_FREE_LEVERS
 from gitmd.loop.state import LivePending
 from gitmd.loop.targets import Targets
+from gitmd.loop.trials import Trials
 
 log = logging.getLogger(__name__)
 LIVE_POLICY_WINDOWS = 5  # windows a run's live policy waits for its target to show
@@ -22,15 +23,18 @@ LIVE_POLICY_TICKS = 30  # duty ticks (~1 s) a window-free lever of it waits for 
 
 
 class Known:
-    def __init__(self, d: Deps, targets: Targets) -> None:
+    def __init__(self, d: Deps, targets: Targets, trials: Trials) -> None:
         self.d = d
         self.targets = targets
+        self.trials = trials
 
     def window_free_pending(self, job_id: str) -> bool:
         """The job's live policy still has a lever that needs no window (WINDOW_FREE_LEVERS)."""
         st = self.d.states.get(job_id)
         live = st.live if st is not None else None
-        return live is not None and any(x.get("lever") in WINDOW_FREE_LEVERS for x in live.items)
+        if live is None or live.confirm:  # one from the fleet is tried in windows, not applied
+            return False
+        return any(x.get("lever") in WINDOW_FREE_LEVERS for x in live.items)
 
     def apply(self, job_id: str, window_free: bool = False) -> None:
         """A recurring job's validated live levers, applied once its processes are seen (the
@@ -49,6 +53,10 @@ class Known:
             return
         pid, items, windows = pending.policy_id, pending.items, pending.windows
         job = d.jobs.get(job_id)
+        if pending.confirm:
+            if not window_free:
+                self._confirm(job, pending)
+            return
         left = []
         for item in items:
             if window_free and item.get("lever") not in WINDOW_FREE_LEVERS:
@@ -97,6 +105,32 @@ class Known:
                 )
         else:
             st.live = LivePending(pid, left, windows + 1)
+
+    def _confirm(self, job: Job, pending: LivePending) -> None:
+        """A live policy from the fleet, not yet confirmed here: tried as a live trial on this run
+        (A and B windows, the paired rule), its result the confirmation (Trials.confirmed). Its
+        lever made for this run's processes; none there within LIVE_POLICY_WINDOWS windows: left
+        unconfirmed (the next run tries again)."""
+        d = self.d
+        st = d.states.of(job.id)
+        item = pending.items[0]
+        lever = self.targets.live_lever(item["lever"], job)
+        if lever is None:
+            if pending.windows + 1 >= LIVE_POLICY_WINDOWS:
+                st.live = None
+                log.info("job %s: policy %d from the fleet found nothing to act on; not tried",
+                         job.id, pending.policy_id)  # fmt: skip
+            else:
+                st.live = LivePending(pending.policy_id, pending.items, pending.windows + 1, confirm=True)
+            return
+        lever.setting.update(item.get("setting", {}))
+        with d.states.exp_lock:
+            if st.experiment is not None:
+                return  # another trial first; this one waits for the next window
+            st.live = None
+            log.info("job %s: policy %d from the fleet, %s, is tried on this run to confirm it here",
+                     job.id, pending.policy_id, lever.describe())  # fmt: skip
+            self.trials.start_live(job.id, lever, "fleet", None, confirm=pending.policy_id)
 
     def _set_at_exec(self, job: Job, pid: int, item: dict[str, Any], left: list[dict[str, Any]]) -> bool:
         """A cpu_affinity policy the launch plan carried (``at_exec``): recorded as the policy's

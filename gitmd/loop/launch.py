@@ -12,6 +12,7 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import launch_key, owned
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
+from gitmd.levers.registry import PolicyEnv
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 from gitmd.loop.publish import Publisher
@@ -119,14 +120,28 @@ class Launch:
             policy_status=policy.status if policy else "",
         )
         st.policy_id = policy.id if policy else 0
+        exploring = reg.allow_exploration and plan.capture and d.config.experiments.enabled and not d.pause.on
+        if exploring and policy is not None and policy.env and self.trials.unconfirmed(policy):
+            # from the fleet: confirmed on this node's first runs by a launch trial of it (A without)
+            t = d.launch_trials.plan_confirm(
+                workload.id, PolicyEnv(policy.id, policy.env), f"fleet: {policy.evidence.get('node', '?')}"
+            )
+            if t is not None:
+                log.info("workload %s: policy %d from the fleet (node %s) is confirmed on this node's "
+                         "next runs (launch trial %d)", workload.id, policy.id,
+                         policy.evidence.get("node", "?"), t.id)  # fmt: skip
         live = workload.live_policy_for(job.uid)
         if live is not None and plan.capture:
-            # applied (and kept) once the run's processes are seen: no experiment needed (known.py)
             items = [dict(x) for x in live.live]
-            st.live = LivePending(live.id, items, 0)
-            cpus = self.targets.exec_cpus(job, reg.cpus, items)
-            if cpus:
-                plan = dataclasses.replace(plan, cpus=cpus)
+            if exploring and self.trials.unconfirmed(live):
+                # from the fleet: tried as a live trial on this run, its windows A and B (known.py)
+                st.live = LivePending(live.id, items, 0, confirm=True)
+            else:
+                # applied (and kept) once the run's processes are seen: no experiment needed (known.py)
+                st.live = LivePending(live.id, items, 0)
+                cpus = self.targets.exec_cpus(job, reg.cpus, items)
+                if cpus:
+                    plan = dataclasses.replace(plan, cpus=cpus)
             if not policy:
                 st.policy_id = live.id
                 plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)

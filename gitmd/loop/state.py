@@ -40,6 +40,9 @@ class LivePending:
     policy_id: int
     items: list[dict[str, Any]]
     windows: int = 0  # windows that looked for their targets
+    # a policy the fleet brought, not yet confirmed here: tried as a live trial on this run (its
+    # result is the confirmation, Trials.confirmed), not applied as known
+    confirm: bool = False
 
 
 @dataclass

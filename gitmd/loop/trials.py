@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from gitmd.analysis.steps import step_timing
 from gitmd.capture.payloads import scalars as payload_scalars
@@ -24,11 +25,12 @@ from gitmd.experiments.runs import MAX_SPOILED, decide_trial
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
+from gitmd.levers.registry import PolicyEnv
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 from gitmd.loop.publish import Publisher
 from gitmd.loop.targets import Targets
-from gitmd.store.library import LIVE_POLICY_LEVERS
+from gitmd.store.library import LIVE_POLICY_LEVERS, Policy
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,35 @@ class Trials:
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="experiment")
 
     # -- live trials -------------------------------------------------------------------------------
-    def start_live(self, job_id: str, lever: Lever, cause: str, ceiling: float) -> None:
+    @staticmethod
+    def unconfirmed(policy: Policy) -> bool:
+        """A policy the fleet brought that this node has not tried on its own runs yet."""
+        return policy.status == "validated" and policy.trust == 1
+
+    def confirmed(self, policy_id: int, dec: Decision, trial: dict[str, Any]) -> None:
+        """This node's trial of a policy from the fleet has decided: it held here (measurably
+        faster, outputs unchanged: kept, this node's own evidence now), or not (reverted here; the
+        fleet is told, and marks it suspect when it made the job slower or changed its outputs)."""
+        iv = dec.interval
+        slower = iv is not None and iv.high < 1.0
+        changed = iv is None and dec.reason.startswith("outputs changed")
+        result = {
+            "held": dec.promote,
+            "suspect": not dec.promote and (slower or changed),
+            "speedup": round(iv.speedup, 4) if iv else None,
+            "ci": [round(iv.low, 4), round(iv.high, 4)] if iv else None,
+            "pairs": iv.pairs if iv else 0,
+            "reason": dec.reason,
+            "at_ns": time.time_ns(),
+            **trial,
+        }
+        p = self.d.library.confirm(policy_id, result)
+        said = "held" if dec.promote else "is suspect" if result["suspect"] else "did not hold"
+        log.info("policy %d from the fleet %s on this node (%s): %s", policy_id, said, p.status, dec.reason)
+
+    def start_live(
+        self, job_id: str, lever: Lever, cause: str, ceiling: float | None, confirm: int = 0
+    ) -> None:
         """A live trial of ``lever`` on the running job, in its own thread; the job's state says
         it is exploring until it has decided (called under states.exp_lock). No launch trial is
         planned meanwhile on the causes it may remove: the one it acts on and its lever's others."""
@@ -51,12 +81,20 @@ class Trials:
         st.experiment = cancel
         st.experiment_causes = {cause, *lever.causes}
         st.tried.add(lever.name)
-        self.pool.submit(self.run_live, job_id, lever, cause, cancel, ceiling)
+        self.pool.submit(self.run_live, job_id, lever, cause, cancel, ceiling, confirm)
         self.pub.note_phase(job_id)
 
     def run_live(
-        self, job_id: str, lever: Lever, cause: str, cancel: threading.Event, cause_share: float | None = None
+        self,
+        job_id: str,
+        lever: Lever,
+        cause: str,
+        cancel: threading.Event,
+        cause_share: float | None = None,
+        confirm: int = 0,
     ) -> None:
+        """``confirm``: the trial is this node's confirmation of that policy from the fleet (its
+        result goes to ``confirmed``, not into a new policy)."""
         d = self.d
         cfg = d.config.experiments
         assert d.capture is not None
@@ -97,7 +135,11 @@ class Trials:
                 earlier=earlier,
             )
             dec = exp.run()
-            if dec.promote and dec.interval is not None:
+            if confirm and exp.exp.state not in ("abandoned", "failed"):
+                self.confirmed(confirm, dec, {"experiment": exp.exp.id, "job_id": job_id})
+                if dec.promote:
+                    self.d.states.of(job_id).policy_id = confirm
+            elif dec.promote and dec.interval is not None:
                 self.keep_live(job_id, lever, exp.exp.id, dec)
         except Exception:
             log.exception("experiment on job %s failed; its interventions were reverted", job_id)
@@ -166,13 +208,19 @@ class Trials:
         t, arm = got
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
-        env = {**plan.env, **t.lever_obj().values()} if arm == "B" else plan.env
+        lever = t.lever_obj()
+        env = {**plan.env, **lever.values()} if arm == "B" else plan.env
+        if t.lever == PolicyEnv.name and arm == "A":
+            # confirming a policy from the fleet: arm A is the run without it
+            env = {k: v for k, v in plan.env.items() if k not in lever.values()}
+            plan = dataclasses.replace(plan, policy_id=0, policy_status="")
+            d.states.of(job.id).policy_id = 0
         cfg = d.config.experiments
         total = 2 * cfg.run_rounds
         # an early stop decides after any complete pair; otherwise run_rounds pairs
         length = f"2-{total}" if cfg.early_speedup > 0 else f"{total}"
         note = (
-            f"launch trial {t.id}: {t.lever_obj().describe()}, arm {arm} "
+            f"launch trial {t.id}: {lever.describe()}, arm {arm} "
             f"({'with' if arm == 'B' else 'without'} it; run {len(t.runs)} of {length})"
         )
         log.info("job %s (%s): %s", job.id, job.name, note)
@@ -220,6 +268,9 @@ class Trials:
         e = d.experiments.record(job.id, lever, t.cause, state, arms, {**decision, "launch_trial": t.id})
         log.info("launch trial %d (%s on workload %s): %s — %s", t.id, lever.describe(), t.workload_id,
                  state, dec.reason)  # fmt: skip
+        if t.lever == PolicyEnv.name:
+            self.confirmed(int(t.setting["policy"]), dec, {"launch_trial": t.id, "experiment": e.id})
+            return
         if not dec.promote or dec.interval is None:
             return
         # numbers the launcher reported decided the contract: the policy serves that user only

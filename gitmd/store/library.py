@@ -1,8 +1,9 @@
 """The library: workloads by fingerprint, the launch keys seen for them, and their policies.
 
 A recurring job gets its policy at registration: the launch key finds the workload, and the
-workload's active policy (pinned, else the validated one with the best speedup) goes into the
-launch plan. Export and import use a versioned JSON document (gitmd.store.library_document); an
+workload's active policy (pinned, else the validated one with the best evidence: this node's own
+before the fleet's, then the higher lower bound of its interval; Policy.rank) goes into the launch
+plan. Export and import use a versioned JSON document (gitmd.store.library_document); an
 import is validated completely before anything is written, and never silently replaces a pinned
 policy. The records themselves are in gitmd.store.library_model.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, similarity
@@ -99,6 +100,13 @@ class Library:
             if not rows:
                 raise NotFoundError(f"no workload {workload_id!r} in the library")
             return self._workload(db, rows[0])
+
+    def get_policy(self, policy_id: int) -> Policy:
+        with self.store.reading() as db:
+            rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
+        if not rows:
+            raise NotFoundError(f"no policy {policy_id}")
+        return policy_from_row(rows[0])
 
     def list(self) -> list[Workload]:
         with self.store.reading() as db:
@@ -198,10 +206,12 @@ class Library:
     def _set_status(self, policy_id: int, status: str, pinned_by: str = "", push: bool = True) -> Policy:
         now = time.time_ns()
         with self.store.transaction() as db:
-            if status == "reverted" and push and self.fleet_outbox:  # a revert here reaches the fleet
+            # a revert, pin or unpin here reaches the fleet (an admin's, or a revert gitmd decided)
+            kind = {"reverted": "revert", "pinned": "pin", "validated": "unpin"}[status]
+            if push and self.fleet_outbox:
                 db.execute(
-                    "INSERT INTO fleet_outbox (kind, policy_id, created_ns) VALUES ('revert', ?, ?)",
-                    [policy_id, now],
+                    "INSERT INTO fleet_outbox (kind, policy_id, created_ns) VALUES (?, ?, ?)",
+                    [kind, policy_id, now],
                 )
             rows = list(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))
             if not rows:
@@ -223,11 +233,43 @@ class Library:
             )
             return policy_from_row(next(iter(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))))
 
-    def pin(self, policy_id: int, who: str) -> Policy:
-        return self._set_status(policy_id, "pinned", who)
+    def pin(self, policy_id: int, who: str, push: bool = True) -> Policy:
+        return self._set_status(policy_id, "pinned", who, push=push)
 
-    def unpin(self, policy_id: int) -> Policy:
-        return self._set_status(policy_id, "validated")
+    def unpin(self, policy_id: int, push: bool = True) -> Policy:
+        return self._set_status(policy_id, "validated", push=push)
+
+    def note(self, policy_id: int, update: Callable[[dict[str, Any]], None]) -> Policy:
+        """The policy's evidence changed by ``update`` (in place), in one transaction: what another
+        node's confirmation said of it (gitmd/fleet/)."""
+        with self.store.transaction() as db:
+            row = db.conn.execute("SELECT evidence FROM policies WHERE id = ?", [policy_id]).fetchone()
+            if row is None:
+                raise NotFoundError(f"no policy {policy_id}")
+            evidence = json.loads(row[0])
+            update(evidence)
+            db.execute(
+                "UPDATE policies SET evidence = ?, updated_ns = ? WHERE id = ?",
+                [json.dumps(evidence), time.time_ns(), policy_id],
+            )
+            return policy_from_row(next(iter(db.query("SELECT * FROM policies WHERE id = ?", [policy_id]))))
+
+    def confirm(self, policy_id: int, result: dict[str, Any]) -> Policy:
+        """This node's own trial of a policy the fleet brought (gitmd/loop/trials.py): ``result``
+        ({"held": bool, "suspect": bool, "speedup", "ci", "reason", ...}) kept in its evidence and
+        sent to the fleet; one that did not hold here is reverted here (that revert is this node's
+        alone: the confirmation tells the others, marked suspect when it made the job slower or
+        changed its outputs)."""
+        p = self.note(policy_id, lambda e: e.update(confirmed=result))
+        if self.fleet_outbox:
+            with self.store.transaction() as db:
+                db.execute(
+                    "INSERT INTO fleet_outbox (kind, policy_id, created_ns) VALUES ('confirm', ?, ?)",
+                    [policy_id, time.time_ns()],
+                )
+        if not result.get("held") and p.status == "validated":
+            p = self.revert(policy_id, push=False)
+        return p
 
     def revert(self, policy_id: int, push: bool = True) -> Policy:
         """``push``: a revert gitmd decided or an admin asked for here reaches the fleet; one that came

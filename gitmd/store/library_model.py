@@ -31,6 +31,29 @@ class Policy:
     # the CPUs are found anew in each run), e.g. [{"lever": "stream_priority", "setting": {...}}]
     live: tuple[dict[str, Any], ...] = ()
 
+    @property
+    def from_fleet(self) -> bool:
+        return self.evidence.get("source") == "fleet"
+
+    @property
+    def trust(self) -> int:
+        """How much this node's own evidence backs it: 2, learned here or a fleet policy this node
+        confirmed on its own runs; 1, from the fleet, not confirmed here yet (applied, and confirmed
+        on this node's first runs); 0, from the fleet, suspect on another node and not confirmed
+        here, or not held here: never applied at launch."""
+        if not self.from_fleet:
+            return 2
+        confirmed = self.evidence.get("confirmed")
+        if isinstance(confirmed, dict):
+            return 2 if confirmed.get("held") else 0
+        return 0 if self.evidence.get("suspect") else 1
+
+    def rank(self) -> tuple[int, float, float]:
+        """The better evidence first: this node's own (trust), then the interval's lower bound
+        (a policy without one, an import, by its speedup), then the speedup."""
+        speed = self.speedup or 0.0
+        return (self.trust, self.ci_low if self.ci_low is not None else speed, speed)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -56,10 +79,32 @@ class Workload:
         pinned = [p for p in self.policies if p.status == "pinned"]
         if pinned:
             return max(pinned, key=lambda p: p.updated_ns)
-        validated = [
-            p for p in self.policies if p.status == "validated" and p.evidence.get("scope_uid") in (None, uid)
+        validated = self._usable(uid)
+        return max(validated, key=Policy.rank) if validated else None
+
+    def _usable(self, uid: int | None) -> list[Policy]:
+        return [
+            p
+            for p in self.policies
+            if p.status == "validated" and p.evidence.get("scope_uid") in (None, uid) and p.trust > 0
         ]
-        return max(validated, key=lambda p: p.speedup or 0.0) if validated else None
+
+    def choice(self, uid: int | None = None) -> str:
+        """Why the policy in force is that one, in words (`gitmctl library show`)."""
+        p = self.active_policy_for(uid)
+        if p is None:
+            return "none"
+        if p.status == "pinned":
+            return f"policy {p.id}: pinned by {p.pinned_by or 'an admin'}"
+        why = "this node's own evidence" if p.trust == 2 else "from the fleet, to be confirmed here"
+        low = f"95% lower bound {p.ci_low:.3f}" if p.ci_low is not None else f"{p.speedup or 0:.3f}x"
+        others = [
+            (f"{q.id}: {q.ci_low:.3f}" if q.ci_low is not None else f"{q.id}: {q.speedup or 0:.3f}x")
+            + (" from the fleet, unconfirmed here" if q.trust < p.trust else "")
+            for q in self._usable(uid)
+            if q.id != p.id and bool(q.live) == bool(p.live)
+        ]
+        return f"policy {p.id}: {why}, {low}" + (f" (over {', '.join(others)})" if others else "")
 
     def live_policy_for(self, uid: int | None) -> Policy | None:
         """The policy whose live levers a launch by ``uid`` gets: the active one if it has live
@@ -70,12 +115,8 @@ class Workload:
             return active
         if active is not None and active.status == "pinned":
             return None  # a pin is exactly what runs
-        live = [
-            p
-            for p in self.policies
-            if p.status == "validated" and p.live and p.evidence.get("scope_uid") in (None, uid)
-        ]
-        return max(live, key=lambda p: p.speedup or 0.0) if live else None
+        live = [p for p in self._usable(uid) if p.live]
+        return max(live, key=Policy.rank) if live else None
 
 
 def signature_json(s: Signature) -> str:

@@ -188,3 +188,150 @@ def test_what_stays_on_its_node_and_what_a_revert_may_touch(fresh: Postgres, tmp
     )
     b.run_once()
     assert next(p for p in b.library.get(w.id).policies if p.id == mine.id).status == "validated"
+
+
+def test_a_live_policy_an_admins_pin_and_unpin_reach_every_node(fresh: Postgres, tmp_path: Path) -> None:
+    """A live policy (its intent: the CPUs are found anew on each node) is shared like an
+    environment one; an admin's pin of a user's own `gitmctl tune` result (scoped to that user,
+    not shared until then) reaches every node pinned, and the unpin follows."""
+    a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
+    b.driver = "590.10"  # another driver branch: shown, decided by the node's own runs
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    live = [{"lever": "cpu_affinity", "setting": {}}]
+    a.library.add_policy(wid, {}, "validated", 3.9, (3.5, 4.3), {"source": "live"}, GPU, live=live)
+    tuned = a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.5, (1.3, 1.7),
+                                 {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
+    assert a.run_once() == (2, 0, 0) and b.run_once() == (0, 1, 0)  # the tune result stayed on A
+    w = b.library.by_launch_key(KEY)
+    assert w is not None
+    (got,) = b.library.get(w.id).policies
+    assert list(got.live) == live and got.env == {} and got.trust == 1
+    assert got.evidence["driver_differs"] == "learned with driver 580.159.04, this node has 590.10"
+    assert b.library.get(w.id).live_policy_for(1000) == got
+    a.library.pin(tuned.id, "root")  # the admin makes it everyone's
+    assert a.run_once() == (1, 0, 0) and b.run_once() == (0, 1, 0)
+    pinned = next(p for p in b.library.get(w.id).policies if p.env)
+    assert pinned.status == "pinned" and pinned.pinned_by == "fleet: root on a"
+    assert b.library.get(w.id).active_policy == pinned
+    a.library.unpin(tuned.id)
+    assert a.run_once() == (1, 0, 0) and b.run_once() == (0, 1, 0)
+    assert b.library.get_policy(pinned.id).status == "validated"
+
+
+def test_how_a_policy_held_on_each_node_reaches_the_others(fresh: Postgres, tmp_path: Path) -> None:
+    """B confirms A's policy on its own runs; C finds it slower: C's copy is reverted there and the
+    fleet marks it suspect. A (where it was learned) keeps it and shows how it held on B and C; D,
+    which has it from the fleet and has not tried it yet, no longer applies it; B, which confirmed it
+    on its own runs, keeps it."""
+    a, b, c, d = (node(tmp_path, n, fresh.url) for n in "abcd")
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    p = a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.3, (1.1, 1.5),
+                             {"source": "runs"}, GPU)  # fmt: skip
+    a.run_once()
+    for n in (b, c, d):
+        assert n.run_once() == (0, 1, 0)
+    copy = {n.node: next(iter(n.library.get(n.library.by_launch_key(KEY).id).policies)) for n in (b, c, d)}
+    b.library.confirm(
+        copy["b"].id, {"held": True, "suspect": False, "speedup": 1.25, "reason": "1.25x faster"}
+    )
+    c.library.confirm(
+        copy["c"].id, {"held": False, "suspect": True, "speedup": 0.8, "reason": "0.8x: slower"}
+    )
+    assert b.run_once() == (1, 0, 0) and c.run_once() == (1, 1, 0)
+    a.run_once()
+    for n in (b, d):
+        n.run_once()
+    nodes = a.library.get_policy(p.id).evidence["nodes"]
+    assert nodes["b"]["held"] and nodes["c"]["suspect"] and nodes["c"]["reason"] == "0.8x: slower"
+    assert a.library.get_policy(p.id).status == "validated"  # A's own evidence stands
+    assert c.library.get_policy(copy["c"].id).status == "reverted"  # C's own runs decided
+    wd = d.library.get(d.library.by_launch_key(KEY).id)
+    assert wd.policies[0].evidence["suspect"]["node"] == "c" and wd.active_policy is None
+    wb = b.library.get(b.library.by_launch_key(KEY).id)
+    assert wb.active_policy is not None and wb.active_policy.id == copy["b"].id  # confirmed on B
+    assert wb.policies[0].evidence["nodes"]["c"]["suspect"]
+
+
+def test_two_daemons_what_one_learns_and_its_admin_pins_the_other_launches_with(
+    fresh: Postgres, tmp_path: Path
+) -> None:
+    """Two real daemons as two nodes, the real CLI over their sockets: on d1 `gitmctl tune` runs a
+    real experiment (paired trials of a program that OpenMP's thread count speeds up) and its
+    admin pins the result; d2 has it from the fleet within seconds, and its next `gitmctl run` of
+    the program launches with it: no trial, no window. `library list --fleet` shows where it came
+    from; `library show` why it is in force."""
+    import os
+    import subprocess
+    import sys
+
+    from gitmd.jobs.launch_key import launch_key, owned
+    from tests.integration.conftest import SIM_CONFIG, Daemon, command, ctl, ctl_json
+    from tests.integration.test_tune import PROG, library_doc
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROG)
+    doc = tmp_path / "lib.json"
+    doc.write_text(
+        json.dumps(library_doc(owned(os.getuid(), launch_key([sys.executable, str(prog)], str(tmp_path)))))
+    )
+    daemons = []
+    for name in ("d1", "d2"):
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(
+            SIM_CONFIG.format(port=0)
+            + f'\n[fleet]\nurl = "{fresh.url}"\nnode = "{name}"\npull_every_s = 0.5\nsslmode = "disable"\n'
+        )
+        daemons.append(Daemon(prefix=tmp_path / name, config=cfg).start())
+    d1, d2 = daemons
+    try:
+        ctl(d1.socket, "library", "import", str(doc))
+        r = subprocess.run(
+            [*command("gitmctl"), "--socket", str(d1.socket), "tune", "--levers", "cpu_threads", "--json",
+             "--", sys.executable, str(prog)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        policy = json.loads(r.stdout)["policy"]
+        ctl(d1.socket, "library", "pin", str(policy["id"]))
+        deadline = time.monotonic() + 30
+        while True:
+            listed = ctl_json(d2.socket, "library", "list", "--fleet")["fleet"]
+            if listed and listed[0]["state"] == "pinned" and int(listed[0].get("local_policy_id", 0)):
+                break
+            assert time.monotonic() < deadline, f"d2 never had d1's pin: {listed}"
+            time.sleep(0.3)
+        (f,) = listed
+        assert (
+            f["origin"] == f"d1:{policy['id']}" and f["node"] == "d1" and f["env"]["OMP_NUM_THREADS"] == "4"
+        )
+        r = subprocess.run(
+            [*command("gitmctl"), "--socket", str(d2.socket), "run", "--", sys.executable, str(prog)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 0 and "step_ms=150.0" in r.stdout, r.stdout + r.stderr  # with it: faster
+        assert "launching with its pinned policy" in r.stderr, r.stderr
+        (job,) = ctl_json(d2.socket, "jobs", "--all")["jobs"]
+        # no experiment on d2: launched with the policy, no capture window
+        assert int(job["policy_id"]) == int(f["local_policy_id"]) and int(job.get("windows", 0)) == 0, job
+        shown = ctl(d2.socket, "library", "show", job["workload_id"]).stdout
+        assert "pinned by fleet: " in shown and "on d1" in shown, shown
+        table = ctl(d2.socket, "library", "list", "--fleet").stdout
+        assert f"d1:{policy['id']}" in table and "pinned" in table, table
+        r = ctl(d1.socket, "library", "list", "--fleet", "--limit", "0", check=False)
+        assert r.returncode == 2 and "--limit must be 1..1000" in r.stderr
+    finally:
+        for d in daemons:
+            d.stop()
+
+
+def test_library_list_fleet_on_a_node_without_the_fleet_says_so(tmp_path: Path) -> None:
+    from tests.integration.conftest import SIM_CONFIG, Daemon, ctl
+
+    cfg = tmp_path / "gitmd.toml"
+    cfg.write_text(SIM_CONFIG.format(port=0))
+    d = Daemon(prefix=tmp_path / "var", config=cfg).start()
+    try:
+        r = ctl(d.socket, "library", "list", "--fleet", check=False)
+        assert r.returncode != 0 and "the fleet is off on this node" in r.stderr, r.stderr
+    finally:
+        d.stop()

@@ -147,7 +147,7 @@ def test_an_experiment_needs_its_cause_in_two_windows_in_a_row(tmp_path: Path) -
     svc.loop.attribute.report = attribution  # type: ignore[method-assign,assignment]
     svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
 
-    def submit(fn: object, job_id: str, lever: object, cause: str, cancel: object, share: object) -> None:
+    def submit(fn: object, job_id: str, lever: object, cause: str, cancel: object, *rest: object) -> None:
         tried.append((job_id, cause))  # as Trials.start_live submits run_live
 
     svc.loop.trials.pool.submit = submit  # type: ignore[method-assign,assignment]
