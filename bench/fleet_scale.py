@@ -101,6 +101,36 @@ def postgres_cpu_s(pg: Postgres) -> float:
     return total
 
 
+def join(pg: Postgres, top: Path, every: float) -> dict[str, Any]:
+    """A node joining the fleet with an empty store: its rounds back to back (what its sync thread
+    does while a pull returns a full batch) until it has caught up with the whole history. Time to
+    catch up, rounds, what it applied, and how long one registration's library lookup then takes on
+    its store (the store it built)."""
+    lib = Library(Store(top / "joiner.db"), allowed_env=env_variables())
+    n = FleetSync(FleetConfig(url=pg.url, node="joiner", pull_every_s=every, sslmode="disable"), lib, GPU, "")
+    t0 = time.monotonic()
+    rounds = pulled = 0
+    slowest = 0.0
+    while True:
+        r0 = time.monotonic()
+        _, got, _ = n.run_once()
+        slowest = max(slowest, time.monotonic() - r0)
+        rounds += 1
+        pulled += got
+        if not n.behind:
+            break
+    took = time.monotonic() - t0
+    keys = [f"uid:{1000 + i % 100} python /srv/w{i}.py" for i in range(1, 1001)]
+    look = []
+    for k in keys:
+        s0 = time.perf_counter()
+        lib.by_launch_key(k)
+        look.append(time.perf_counter() - s0)
+    q = statistics.quantiles(look, n=100)
+    return {"catch_up_s": took, "rounds": rounds, "applied": pulled, "events_per_s": pulled / took,
+            "slowest_round_s": slowest, "lookup_ms": {"p50": q[49] * 1e3, "p99": q[98] * 1e3}}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)
@@ -109,6 +139,7 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=30, help="fleet.pull_every_s of every node")
     ap.add_argument("--promotions", type=int, default=50)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--join", action="store_true", help="also: a node joining with an empty store catches up")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     why = available()
@@ -133,6 +164,9 @@ def main() -> int:
                 db.execute("UPDATE fleet_state SET cursor = ? WHERE id = 1", [head])
         setup_s = time.monotonic() - t0
         print(f"{a.nodes} nodes, {a.history} events of history, set up in {setup_s:.0f} s", flush=True)
+        joined = join(pg, top, a.every) if a.join else None
+        if joined is not None:
+            print(f"a joining node: {json.dumps(joined)}", flush=True)
 
         rng = random.Random(2026)
         start = time.monotonic()
@@ -198,7 +232,7 @@ def main() -> int:
             "rounds": len(late), "round_late_s": {"p50": statistics.median(late) if late else None,
                                                    "max": max(late) if late else None},
             "server": {k: load1[k] - load0[k] for k in load0} | {"cpu_s": cpu1 - cpu0},
-            "setup_s": setup_s,
+            "setup_s": setup_s, "join": joined,
         }  # fmt: skip
         print(json.dumps(doc, indent=1))
         if a.json:

@@ -132,7 +132,9 @@ class Daemon:
             LaunchTrials(store).close_open_runs("gitmd restarted during the run")
 
             capture = self._capture_manager(backend)
-            jobs = JobRegistry(store, d.runtime_dir, cfg.capture, d.max_jobs_per_user)
+            jobs = JobRegistry(
+                store, d.runtime_dir, cfg.capture, d.max_jobs_per_user, d.stored_bytes_per_user
+            )
             library = Library(store, allowed_env=env_variables())
             self.service = Service(cfg, backend, sampler, telemetry_store, jobs, capture, library)
             scheduler.add_job(self.service.reap, "interval", seconds=REAP_EVERY_S, id=REAP_JOB_ID)

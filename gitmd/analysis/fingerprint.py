@@ -133,5 +133,28 @@ def similarity(a: Signature, b: Signature) -> float:
     return 0.5 * _cosine(a.shares, b.shares) + 0.5 * order
 
 
+# similarity >= MATCH_THRESHOLD needs the time-share cosine at least this (the shape overlap is at
+# most 1): 0.5 * cos + 0.5 >= MATCH_THRESHOLD
+MIN_COSINE = 2 * MATCH_THRESHOLD - 1
+
+
+def heavy_families(s: Signature) -> frozenset[str]:
+    """The fewest of ``s``'s families, largest share first, without which what is left of its share
+    vector is shorter than MIN_COSINE of its length. A signature that shares none of them with
+    ``s`` has a cosine with it below MIN_COSINE (Cauchy-Schwarz: the dot product then comes from the
+    rest alone, at most its length times the other's), so it cannot match ``s``: the library looks
+    for matches only among workloads whose families meet these (gitmd/store/library.py)."""
+    total = sum(v * v for v in s.shares.values())
+    if total <= 0:
+        return frozenset()
+    left, out = total, []
+    for f, v in sorted(s.shares.items(), key=lambda kv: -kv[1]):
+        if left < MIN_COSINE * MIN_COSINE * total * (1 - 1e-9):  # margin: more families, never fewer
+            break
+        out.append(f)
+        left -= v * v
+    return frozenset(out)
+
+
 def same_workload(a: Signature, b: Signature) -> bool:
     return similarity(a, b) >= MATCH_THRESHOLD

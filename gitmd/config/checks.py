@@ -148,6 +148,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "keep_days": _nonneg_float,
         "audit_max_rows": _int_range(0, 10**9),
         "max_jobs_per_user": _int_range(1, 100_000),
+        "stored_bytes_per_user": _int_range(1 << 20, 1 << 40),
     },
     "telemetry": {
         "backend": _choice(BACKENDS),

@@ -31,6 +31,10 @@ class DaemonConfig:
     # one user's open jobs (registered or running) at most: a registration beyond is refused
     # (RESOURCE_EXHAUSTED); each job is a store row, a directory and a ring to watch
     max_jobs_per_user: int = 128
+    # what one user's jobs may hold in the store (their rows: command, cwd, contract, steps...): a
+    # registration beyond deletes that user's oldest ended jobs first, and is refused
+    # (RESOURCE_EXHAUSTED) when their open jobs alone hold this much
+    stored_bytes_per_user: int = 256 << 20
 
     @property
     def socket_path(self) -> Path:

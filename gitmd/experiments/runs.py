@@ -156,13 +156,15 @@ class LaunchTrials:
         """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs:
         none while another trial of the workload runs, and one per policy."""
         pid = lever.setting["policy"]
+        seen = (
+            "SELECT id FROM launch_trials WHERE workload_id = ? AND (state = 'running' OR "
+            "(lever = ? AND json_extract(setting, '$.policy') = ?)) LIMIT 1"
+        )
+        with self.store.reading() as db:  # every registration asks: read first, write only to plan
+            if db.conn.execute(seen, [workload_id, lever.name, pid]).fetchone() is not None:
+                return None
         with self.store.transaction() as db:
-            rows = db.conn.execute(
-                "SELECT id FROM launch_trials WHERE workload_id = ? AND (state = 'running' OR "
-                "(lever = ? AND json_extract(setting, '$.policy') = ?))",
-                [workload_id, lever.name, pid],
-            ).fetchall()
-            if rows:
+            if db.conn.execute(seen, [workload_id, lever.name, pid]).fetchone() is not None:
                 return None
             now = time.time_ns()
             cur = db.conn.execute(

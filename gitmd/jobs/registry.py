@@ -129,14 +129,63 @@ def _row_to_job(r: dict[str, Any]) -> Job:
     )
 
 
+# a job row's bytes, as the triggers of migration 0025 count them into user_bytes
+ROW_BYTES = " + ".join(
+    f"ifnull(length({c}), 0)"
+    for c in ("name", "command", "cwd", "launch_key", "workload_id", "runtime_dir", "gpus", "contract",
+              "scheduler_job_id", "steps", "crash", "phase", "cost")
+)  # fmt: skip
+
+
 class JobRegistry:
     def __init__(
-        self, store: Store, runtime_dir: Path, capture: CaptureConfig, max_per_user: int = 128
+        self,
+        store: Store,
+        runtime_dir: Path,
+        capture: CaptureConfig,
+        max_per_user: int = 128,
+        bytes_per_user: int = 256 << 20,
     ) -> None:
         self.store = store
         self.jobs_dir = runtime_dir / "jobs"
         self.capture_cfg = capture
         self.max_per_user = max_per_user  # daemon.max_jobs_per_user
+        self.bytes_per_user = bytes_per_user  # daemon.stored_bytes_per_user
+
+    def _room(self, uid: int, need: int) -> None:
+        """Room in the store for a registration of ``need`` bytes by ``uid``: within
+        daemon.stored_bytes_per_user (user_bytes, kept by triggers: migration 0025), after deleting
+        that user's oldest ended jobs if it takes that (a few at a time, with their reports; never
+        one an intervention still names); else RESOURCE_EXHAUSTED, nothing changed."""
+        with self.store.reading() as db:
+            row = db.conn.execute("SELECT bytes FROM user_bytes WHERE uid = ?", [uid]).fetchone()
+        if row is None or row[0] + need <= self.bytes_per_user:
+            return  # the common case: one primary-key read
+        with self.store.transaction() as db:
+            for _ in range(64):
+                held = db.conn.execute("SELECT bytes FROM user_bytes WHERE uid = ?", [uid]).fetchone()[0]
+                excess = held + need - self.bytes_per_user
+                if excess <= 0:
+                    return
+                old, freed = [], 0
+                for jid, size in db.conn.execute(
+                    f"SELECT id, {ROW_BYTES} FROM jobs WHERE uid = ? AND ended_ns IS NOT NULL "
+                    "AND id NOT IN (SELECT job_id FROM interventions) ORDER BY ended_ns LIMIT 256",
+                    [uid],
+                ):
+                    old.append(jid)
+                    freed += size
+                    if freed >= excess:  # just enough of the oldest: the rest stay
+                        break
+                if not old:
+                    break
+                marks = ",".join("?" * len(old))
+                db.conn.execute(f"DELETE FROM job_reports WHERE job_id IN ({marks})", old)
+                db.conn.execute(f"DELETE FROM jobs WHERE id IN ({marks})", old)
+        raise ResourceExhaustedError(
+            f"uid {uid}'s jobs hold {held >> 20} MiB in gitmd's store, the most one user may "
+            f"(daemon.stored_bytes_per_user, {self.bytes_per_user >> 20} MiB); wait for a job to end"
+        )
 
     def register(
         self,
@@ -185,6 +234,7 @@ class JobRegistry:
                 "(daemon.max_jobs_per_user); wait for one to end"
             )
         key = owned(uid, key or launch_key(command, cwd))
+        self._room(uid, sum(len(a) + 4 for a in command) + len(cwd) + len(key) + len(name))
         workload_id = resolve(key) if resolve else ""
         job_id = uuid.uuid4().hex[:12]
         name = name or _NAME_BAD.sub("_", default_name(command))[:MAX_NAME] or job_id

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, similarity
+from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
@@ -418,13 +418,47 @@ def _owned_key(key: str) -> bool:
 
 def _best_match(db: Any, sig: Signature, owner_uid: int | None) -> str | None:
     """The workload of ``owner_uid``'s (or a shared one) whose fingerprint is most like ``sig``, if
-    any matches (MATCH_THRESHOLD)."""
+    any matches (MATCH_THRESHOLD). Compared only with the candidates the family index gives: a
+    workload whose heavy families ``sig`` lacks, or that lacks every heavy family of ``sig``, cannot
+    match (fingerprint.heavy_families); workloads not indexed yet are compared, then indexed."""
+    owner = "(w.owner_uid IS NULL OR w.owner_uid IS ?)"
+    # conn.execute, not db.query (sqlite-utils builds a dict a row): this runs for every window's
+    # fingerprint and every policy a joining node pulls from the fleet
+    rows = db.conn.execute(
+        f"SELECT w.id, w.signature FROM workloads w WHERE {owner} AND w.families_indexed = 0", [owner_uid]
+    ).fetchall()
+    _index(db, rows)
+    fams, heavy = sorted(sig.shares), sorted(heavy_families(sig))
+    if heavy:
+        # from the index to the workloads (CROSS JOIN keeps that order): the planner otherwise
+        # walked every workload of the owner, and the heavy families through the primary key
+        rows += db.conn.execute(
+            "SELECT w.id, w.signature FROM ("
+            "SELECT workload_id FROM workload_families INDEXED BY workload_families_heavy "
+            f"WHERE heavy = 1 AND family IN ({_marks(fams)}) INTERSECT "
+            f"SELECT workload_id FROM workload_families WHERE family IN ({_marks(heavy)})"
+            f") c CROSS JOIN workloads w ON w.id = c.workload_id WHERE {owner} AND w.families_indexed = 1",
+            [*fams, *heavy, owner_uid],
+        ).fetchall()
     best_id, best = None, 0.0
-    rows = db.query(
-        "SELECT id, signature FROM workloads WHERE owner_uid IS NULL OR owner_uid IS ?", [owner_uid]
-    )
-    for r in rows:
-        s = similarity(sig, signature_from_json(r["signature"]))
+    for wid, text in rows:
+        s = similarity(sig, signature_from_json(text))
         if s > best:
-            best_id, best = r["id"], s
+            best_id, best = wid, s
     return best_id if best_id is not None and best >= MATCH_THRESHOLD else None
+
+
+def _marks(xs: Sequence[object]) -> str:
+    return ",".join("?" * len(xs))
+
+
+def _index(db: Any, rows: list[tuple[str, str]]) -> None:
+    """Workloads' families into the index (workload_families), their heavy ones marked."""
+    for wid, text in rows:
+        sig = signature_from_json(text)
+        heavy = heavy_families(sig)
+        db.conn.executemany(
+            "INSERT OR IGNORE INTO workload_families (family, workload_id, heavy) VALUES (?, ?, ?)",
+            [(f, wid, int(f in heavy)) for f in sig.shares],
+        )
+        db.conn.execute("UPDATE workloads SET families_indexed = 1 WHERE id = ?", [wid])

@@ -438,3 +438,66 @@ def test_roots_status_answers_within_a_second_while_a_user_floods_gitmd(
     print(f"flood: {out.strip()}; root's GetStatus waits (s): {[round(w, 3) for w in waits]}")
     assert max(waits) < 1.0, (waits, out)
     assert "RESOURCE_EXHAUSTED=" in out and "OK=" in out, out
+
+
+_FILL = """
+import sys, time
+import grpc
+from gitmd.api.client_auth import open_channel
+from gitmd.api.pb import pb, pb_grpc
+sock, seconds = sys.argv[1], float(sys.argv[2])
+stub = pb_grpc.GitmdStub(open_channel(sock))
+arg = "x" * (900 << 10)
+ok = refused = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        req = pb.RegisterJobRequest(command=["python", arg], cwd="/tmp", capture=False)
+        r = stub.RegisterJob(req, timeout=10)
+        stub.ReportJobExit(pb.ReportJobExitRequest(job_id=r.job_id, exit_code=0), timeout=10)
+        ok += 1
+    except grpc.RpcError as e:
+        refused += 1
+print(f"registered={ok} refused={refused} mib={ok * 900 / 1024:.0f}")
+"""
+
+
+def test_a_user_filling_the_store_is_held_to_stored_bytes_per_user(
+    people: dict[str, Any], short_tmp: Path
+) -> None:
+    """Hardening issue: per-user stored bytes. A user registering 900-KiB commands in a loop (each
+    job ended at once) wrote them into the store until keep_days passed (90 days). With
+    daemon.stored_bytes_per_user at 16 MiB their rows never hold more: their oldest ended jobs go,
+    their registrations go on, and another user's jobs stay."""
+    import sqlite3
+
+    top = Path(tempfile.mkdtemp(prefix="gitmd-fill-"))
+    top.chmod(0o755)
+    cfg = top / "gitmd.toml"
+    cfg.write_text(SIM_CONFIG.format(port=0) + "\n[daemon]\nstored_bytes_per_user = 16777216\n")
+    d = Daemon(prefix=top / "var", config=cfg).start()
+    try:
+        mine = cli_as(d, OWNER, "run", "--no-capture", "--", "true")
+        assert mine.returncode == 0, mine.stderr
+        r = subprocess.run(
+            as_user(OTHER, [sys.executable, "-c", _FILL, str(d.socket), "8"]),
+            capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).resolve().parents[2]),
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        db = sqlite3.connect(f"file:{d.prefix / 'lib' / 'gitmd.db'}?mode=ro", uri=True)
+        uid = people[OTHER].pw_uid
+        held = db.execute("SELECT bytes FROM user_bytes WHERE uid = ?", [uid]).fetchone()[0]
+        rows = db.execute("SELECT COUNT(*), SUM(length(command)) FROM jobs WHERE uid = ?", [uid]).fetchone()
+        owner_jobs = db.execute("SELECT COUNT(*) FROM jobs WHERE uid = ?", [people[OWNER].pw_uid]).fetchone()[
+            0
+        ]
+        print(
+            f"fill: {r.stdout.strip()}; held {held / 2**20:.1f} MiB in {rows[0]} jobs; owner's {owner_jobs}"
+        )
+        registered = int(r.stdout.split()[0].split("=")[1])
+        assert registered > 18  # more than the cap's worth went through: the oldest made room
+        assert (16 << 20) - (1 << 20) <= held <= 16 << 20 and rows[1] <= held  # just the oldest went
+        assert owner_jobs == 1  # another user's job is not touched
+    finally:
+        d.stop()
+        shutil.rmtree(top, ignore_errors=True)

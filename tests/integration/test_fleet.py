@@ -335,3 +335,33 @@ def test_library_list_fleet_on_a_node_without_the_fleet_says_so(tmp_path: Path) 
         assert r.returncode != 0 and "the fleet is off on this node" in r.stderr, r.stderr
     finally:
         d.stop()
+
+
+def test_a_node_joining_a_long_history_pulls_back_to_back_until_caught_up(
+    fresh: Postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round pulls one batch at most; while a pull comes back full the sync thread runs the next
+    round at once, not pull_every_s later (at 500 a round and 30 s apart, a node joining a fleet
+    with 100,000 events would take 100 minutes to know them)."""
+    import gitmd.fleet.sync as sync
+
+    monkeypatch.setattr(sync, "BATCH", 2)
+    a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
+    for i in range(5):
+        sig = Signature((f"k{i}", "gemm"), {f"k{i}": 0.5, "gemm": 0.5})
+        wid = a.library.observe(sig, f"uid:1000 python /srv/p{i}.py", f"p{i}", new_run=True, owner_uid=1000)
+        a.library.add_policy(
+            wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.2, (1.1, 1.3), {"source": "runs"}, GPU
+        )
+    while a.status().outbox:
+        a.run_once()
+    b.cfg = FleetConfig(url=fresh.url, node="b", pull_every_s=60, connect_timeout_s=2.0, sslmode="disable")
+    b.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(b.library.list()) < 5:
+            assert time.monotonic() < deadline, f"b knows {len(b.library.list())} of 5 after 20 s"
+            time.sleep(0.1)
+    finally:
+        b.stop()
+    assert not b.behind and b.status().pulled == 5

@@ -149,3 +149,49 @@ def test_one_user_may_have_at_most_max_jobs_per_user_open(tmp_path: Path) -> Non
     reg.register(Registration("j", ("python", "t.py"), "/w", 4002, 4002, capture=False))  # another user
     reg.exited(jobs[0].id, 0)
     reg.register(me)  # one ended: its place is free
+
+
+def test_one_users_jobs_hold_at_most_stored_bytes_per_user(tmp_path: Path) -> None:
+    """Hardening issue: per-user stored bytes. One user registering 100-KiB commands in a loop: their
+    oldest ended jobs go to make room (never another user's, never one an intervention names), the
+    store's count of their bytes follows every insert, update and delete, and when their open jobs
+    alone hold the cap the registration is refused with nothing changed."""
+    from gitmd.errors import ResourceExhaustedError
+
+    store = Store(tmp_path / "g.db")
+    reg = JobRegistry(store, tmp_path / "run", CaptureConfig(), max_per_user=50, bytes_per_user=1 << 20)
+    big = ("python", "x" * (100 << 10))
+
+    def mine(r: JobRegistry) -> list[object]:
+        return [j for j in r.list(include_exited=True) if j.uid == 4001]
+
+    def held(uid: int) -> int:
+        return int(store.conn.execute("SELECT bytes FROM user_bytes WHERE uid = ?", [uid]).fetchone()[0])
+
+    def actual(uid: int) -> int:
+        q = "SELECT command, cwd, name, launch_key, contract FROM jobs WHERE uid = ?"
+        rows = store.conn.execute(q, [uid])
+        return sum(len(c) + len(w) + len(n) + len(k) + len(t) for c, w, n, k, t in rows)
+
+    other = reg.register(Registration("o", big, "/w", 4002, 4002, capture=False))[0]
+    reg.exited(other.id, 0)
+    first = None
+    for i in range(30):  # 3 MiB of commands against a 1-MiB cap
+        job = reg.register(Registration(f"j{i}", big, "/w", 4001, 4001, capture=False))[0]
+        first = first or job
+        reg.exited(job.id, 0)
+        assert held(4001) <= 1 << 20
+    with pytest.raises(NotFoundError):
+        reg.get(first.id)  # the oldest went
+    assert len(mine(reg)) in range(8, 11)  # ~1 MiB of the newest
+    assert reg.get(other.id).uid == 4002  # another user's ended job stays
+    assert held(4001) >= actual(4001) > 0  # the count covers what the rows hold
+    open_jobs = []
+    with pytest.raises(ResourceExhaustedError, match="stored_bytes_per_user"):
+        for i in range(12):  # open jobs are never deleted: 12 x 100 KiB > 1 MiB
+            open_jobs.append(reg.register(Registration(f"k{i}", big, "/w", 4001, 4001, capture=False))[0])
+    n = len(mine(reg))
+    assert all(j.state == "registered" for j in open_jobs) and 8 <= len(open_jobs) <= 10
+    with pytest.raises(ResourceExhaustedError):
+        reg.register(Registration("k", big, "/w", 4001, 4001, capture=False))
+    assert len(mine(reg)) == n  # refused: nothing changed
