@@ -15,11 +15,23 @@ from pathlib import Path
 
 
 def pg_bin(tool: str) -> str | None:
+    """``tool`` on PATH, else Debian's (/usr/lib/postgresql/N/bin), else the server the `pgserver`
+    wheel bundles (carried to the GPU host, which has no PostgreSQL: tools/gpu-wheels.sh)."""
     found = shutil.which(tool)
     if found:
         return found
     cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{tool}"))
-    return cands[-1] if cands else None
+    if cands:
+        return cands[-1]
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgserver")  # located, not imported
+    if spec is not None and spec.submodule_search_locations:
+        for top in spec.submodule_search_locations:
+            p = Path(top) / "pginstall" / "bin" / tool
+            if p.is_file():
+                return str(p)
+    return None
 
 
 def available() -> str:

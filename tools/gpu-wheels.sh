@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 PYVER=${GPU_PYTHON_VERSION:-3.12}
 NEEDED=(grpcio protobuf grpcio-health-checking grpcio-reflection apscheduler tzlocal sqlite-utils sqlite-fts4
         click-default-group cffi pycparser
+        psycopg psycopg-binary  # the fleet library's client (tests/gpu/test_fleet.py)
+        pgserver  # not gitmd's: only the PostgreSQL server it bundles, for the fleet's GPU test (bench/pgserver.py)
         filecheck)  # not gitmd's: the corpus's numba-cuda program imports numba.cuda.testing, which needs it
 rm -rf .whl && mkdir -p .whl
 specs=()

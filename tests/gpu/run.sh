@@ -10,6 +10,8 @@
 # The tests part no longer fits one call's 10 minutes (H200, 2026-12-02: stream priority + tune
 # 383 s, launch trials + capture 259 s, before experiments and telemetry): run it in pieces, e.g.
 # GPU_TESTS_K="capture or telemetry or stream" then GPU_TESTS_K="tune or launch" then "experiments".
+# The fleet's test (GPU_TESTS_K=fleet, about 4 minutes: a tune, then two runs) needs PostgreSQL: the
+# GPU host has none, the carried .whl/ brings the pgserver wheel's server and psycopg.
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
 # prints a short table last. Never changes the card's settings.
