@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 BATCH = 500  # events pushed or pulled in one round at most
 PUSH_LOCK_ID = 0x6769746E  # pg_advisory_xact_lock key that orders pushes
 TRIGGER_EVERY_S = 5.0
+CATCH_UP_PAUSE_S = 0.1  # between rounds while a node is behind: at most 5,000 events a second
+FLEET_PIN = "fleet: "  # pinned_by of a pin that came from the fleet
 MAX_NAME = 256  # an event's node, origin and GPU model at most
 MAX_KEYS = 64  # launch keys carried with a policy
 
@@ -266,7 +268,7 @@ class FleetSync:
         if kind == "unpin":
             for pid in self._local(origin):
                 p = self.library.get_policy(pid)
-                if p.status == "pinned" and p.pinned_by.startswith("fleet"):
+                if p.status == "pinned" and p.pinned_by.startswith(FLEET_PIN):
                     self.library.unpin(pid, push=False)
                     log.info("fleet: policy %d unpinned (unpinned on %s)", pid, node)
             return
@@ -275,12 +277,11 @@ class FleetSync:
         if gpu_model != self.gpu_model:
             raise RefusedEvent(f"learned on {gpu_model!r}, this node has {self.gpu_model!r}")
         have = self._local(origin)
+        by = f"{FLEET_PIN}{str(payload.get('pinned_by', ''))[:64]} on {node}"
         if kind == "pin":
-            by = f"fleet: {str(payload.get('pinned_by', ''))[:64]} on {node}"
-            for pid in have:
+            for pid in self._from(origin, live_only=False):  # copies the fleet brought, never one of ours
                 if self.library.get_policy(pid).status == "validated":  # one reverted here stays so
-                    self.library.pin(pid, by, push=False)
-                    log.info("fleet: policy %d pinned (%s)", pid, by)
+                    self._pin(pid, by)
             if have:
                 return
         elif have:
@@ -308,6 +309,9 @@ class FleetSync:
         # the catalog's variables and live levers only, before anything
         check_env(env, "env", self.library.allowed_env)
         check_live(live, "live")
+        if len(live) > 1 or (env and live):
+            # one change, as a trial here learns it: this node confirms it by one trial of it
+            raise RefusedEvent("a policy from the fleet holds one change (an environment or one live lever)")
         sig = signature_from_json(json.dumps(w["signature"]))
         name = str(w.get("name", ""))[:256]
         wid = self.library.adopt(sig, name, keys)
@@ -319,8 +323,24 @@ class FleetSync:
             wid, env, "validated", speedup, tuple(ci) if ci else None, evidence, gpu_model, driver, live=live
         )
         if kind == "pin":
-            self.library.pin(p.id, f"fleet: {str(payload.get('pinned_by', ''))[:64]} on {node}", push=False)
+            self._pin(p.id, by)
         log.info("fleet: a policy learned on %s for %s (%s) is known here now", node, name or wid, origin)
+
+    def _pin(self, pid: int, by: str) -> None:
+        """A copy from the fleet pinned as an admin elsewhere pinned it, unless this node's own admin
+        has pinned a policy of that workload (theirs stands: the copy stays validated)."""
+        p = self.library.get_policy(pid)
+        mine = [
+            q for q in self.library.get(p.workload_id).policies
+            if q.status == "pinned" and not q.pinned_by.startswith(FLEET_PIN)
+        ]  # fmt: skip
+        if mine:
+            log.info(
+                "fleet: policy %d not pinned (%s): this node's admin pinned policy %d", pid, by, mine[0].id
+            )
+            return
+        self.library.pin(pid, by, push=False)
+        log.info("fleet: policy %d pinned (%s)", pid, by)
 
     def _confirmed(self, node: str, origin: str, payload: dict[str, Any]) -> None:
         """Another node's trial of a policy it had from the fleet: kept with this node's copy (or
@@ -351,7 +371,7 @@ class FleetSync:
         policy when it was learned here ("<this node>:<id>")."""
         got = self._from(origin, live_only=False)
         mine, _, pid = origin.rpartition(":")
-        if mine == self.node and pid.isdigit():
+        if mine == self.node and pid.isascii() and pid.isdigit() and len(pid) <= 18:
             with self.store.reading() as db:
                 row = db.conn.execute(
                     "SELECT id FROM policies WHERE id = ? AND json_extract(evidence, '$.source') "
@@ -366,7 +386,7 @@ class FleetSync:
         """Policies the fleet brought here from ``origin`` (``live_only``: those still in force and
         not pinned here: a fleet revert never touches what this node learned itself or what this
         node's admin pinned; a pin that came from the fleet, it does)."""
-        state = "AND status != 'reverted' AND (status != 'pinned' OR pinned_by LIKE 'fleet:%')"
+        state = "AND status != 'reverted' AND (status != 'pinned' OR pinned_by LIKE 'fleet: %')"
         with self.store.reading() as db:
             rows = db.conn.execute(
                 "SELECT id FROM policies WHERE json_extract(evidence, '$.source') = 'fleet' "
@@ -423,7 +443,7 @@ class FleetSync:
                 "origin": origin[:MAX_NAME], "node": node, "gpu_model": gpu,
                 "workload_name": str(w.get("name", ""))[:256],
                 "env": {str(k)[:128]: str(v)[:256] for k, v in list(env.items())[:64]},
-                "live": _of(p, "live", list, []),
+                "live": _of(p, "live", list, [])[:4],
                 "speedup": _number(p.get("speedup")), "ci_low": _number(ci[0]), "ci_high": _number(ci[1]),
                 "created_ns": int(created.timestamp() * 1e9),
                 "state": {"revert": "reverted", "pin": "pinned"}.get(latest or "", "in force"),
@@ -466,8 +486,9 @@ class FleetSync:
             self._wake.clear()  # before the round: a trigger during it brings the next one at once
             self.behind = False
             self.run_once()
-            if not self.behind:  # caught up (or failed): the next round at its time
-                self._wake.wait(self.cfg.pull_every_s)
+            # caught up (or failed): the next round at its time; behind: the next one after a
+            # breath (whoever writes a full batch every round cannot keep this thread busy)
+            self._wake.wait(self.cfg.pull_every_s if not self.behind else CATCH_UP_PAUSE_S)
 
     def stop(self) -> None:
         self._stop.set()

@@ -131,7 +131,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
 
 # a job row's bytes, as the triggers of migration 0025 count them into user_bytes
 ROW_BYTES = " + ".join(
-    f"ifnull(length({c}), 0)"
+    f"ifnull(length(CAST({c} AS BLOB)), 0)"  # bytes: length() of TEXT counts characters
     for c in ("name", "command", "cwd", "launch_key", "workload_id", "runtime_dir", "gpus", "contract",
               "scheduler_job_id", "steps", "crash", "phase", "cost")
 )  # fmt: skip
@@ -155,8 +155,9 @@ class JobRegistry:
     def _room(self, uid: int, need: int) -> None:
         """Room in the store for a registration of ``need`` bytes by ``uid``: within
         daemon.stored_bytes_per_user (user_bytes, kept by triggers: migration 0025), after deleting
-        that user's oldest ended jobs if it takes that (a few at a time, with their reports; never
-        one an intervention still names); else RESOURCE_EXHAUSTED, nothing changed."""
+        that user's oldest ended jobs if it takes that (just enough of them, with their reports;
+        never one an intervention still names or a running launch trial still counts); else
+        RESOURCE_EXHAUSTED, nothing changed."""
         with self.store.reading() as db:
             row = db.conn.execute("SELECT bytes FROM user_bytes WHERE uid = ?", [uid]).fetchone()
         if row is None or row[0] + need <= self.bytes_per_user:
@@ -170,7 +171,9 @@ class JobRegistry:
                 old, freed = [], 0
                 for jid, size in db.conn.execute(
                     f"SELECT id, {ROW_BYTES} FROM jobs WHERE uid = ? AND ended_ns IS NOT NULL "
-                    "AND id NOT IN (SELECT job_id FROM interventions) ORDER BY ended_ns LIMIT 256",
+                    "AND id NOT IN (SELECT job_id FROM interventions) AND id NOT IN (SELECT "
+                    "json_extract(r.value, '$.job_id') FROM launch_trials t, json_each(t.runs) r "
+                    "WHERE t.state = 'running') ORDER BY ended_ns LIMIT 256",
                     [uid],
                 ):
                     old.append(jid)

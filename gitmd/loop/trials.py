@@ -19,9 +19,10 @@ from typing import Any
 
 from gitmd.analysis.steps import step_timing
 from gitmd.capture.payloads import scalars as payload_scalars
+from gitmd.errors import GitmdError
 from gitmd.experiments.decide import Decision
 from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
-from gitmd.experiments.runs import MAX_SPOILED, decide_trial
+from gitmd.experiments.runs import MAX_SPOILED, LaunchTrial, decide_trial
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
@@ -49,7 +50,9 @@ class Trials:
         """A policy the fleet brought that this node has not tried on its own runs yet."""
         return policy.status == "validated" and policy.trust == 1
 
-    def confirmed(self, policy_id: int, dec: Decision, trial: dict[str, Any]) -> None:
+    def confirmed(
+        self, policy_id: int, dec: Decision, trial: dict[str, Any], suspect: bool | None = None
+    ) -> None:
         """This node's trial of a policy from the fleet has decided: it held here (measurably
         faster, outputs unchanged: kept, this node's own evidence now), or not (reverted here; the
         fleet is told, and marks it suspect when it made the job slower or changed its outputs)."""
@@ -58,7 +61,7 @@ class Trials:
         changed = iv is None and dec.reason.startswith("outputs changed")
         result = {
             "held": dec.promote,
-            "suspect": not dec.promote and (slower or changed),
+            "suspect": not dec.promote and ((slower or changed) if suspect is None else suspect),
             "speedup": round(iv.speedup, 4) if iv else None,
             "ci": [round(iv.low, 4), round(iv.high, 4)] if iv else None,
             "pairs": iv.pairs if iv else 0,
@@ -209,6 +212,8 @@ class Trials:
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
         lever = t.lever_obj()
+        if t.lever == PolicyEnv.name and not self._still_confirming(t, plan):
+            return plan
         env = {**plan.env, **lever.values()} if arm == "B" else plan.env
         if t.lever == PolicyEnv.name and arm == "A":
             # confirming a policy from the fleet: arm A is the run without it
@@ -225,6 +230,22 @@ class Trials:
         )
         log.info("job %s (%s): %s", job.id, job.name, note)
         return dataclasses.replace(plan, env=env, trial=note)
+
+    def _still_confirming(self, t: LaunchTrial, plan: LaunchPlan) -> bool:
+        """A confirmation trial goes on only while its policy is the one this launch gets and is
+        still unconfirmed (not reverted by the fleet meanwhile, not replaced by a pin): otherwise it
+        is abandoned, and this run is launched as it is."""
+        pid = int(t.setting["policy"])
+        try:
+            p = self.d.library.get_policy(pid)
+        except GitmdError:
+            p = None
+        if p is not None and self.unconfirmed(p) and plan.policy_id == pid:
+            return True
+        why = f"policy {pid} is no longer the one in force unconfirmed here"
+        self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
+        log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
+        return False
 
     def run_ended(
         self,
@@ -250,6 +271,10 @@ class Trials:
             why = f"{t.spoiled()} runs have no length by their own clock or crashed"
             d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
             log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
+            if t.lever == PolicyEnv.name:  # a policy from the fleet not shown to hold here: not kept
+                crashed = any(r.get("crashed") and r["arm"] == "B" for r in t.runs)
+                self.confirmed(int(t.setting["policy"]), Decision(False, f"not decided: {why}", None),
+                               {"launch_trial": t.id}, suspect=crashed)  # fmt: skip
             return
         in_trial = {r["job_id"] for r in t.runs}
         earlier = d.jobs.plain_runs_s(job.launch_key, exclude=in_trial)

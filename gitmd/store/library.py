@@ -443,7 +443,7 @@ def _best_match(db: Any, sig: Signature, owner_uid: int | None) -> str | None:
     best_id, best = None, 0.0
     for wid, text in rows:
         s = similarity(sig, signature_from_json(text))
-        if s > best:
+        if s > best or (s == best and best_id is not None and wid < best_id):  # ties: the lower id
             best_id, best = wid, s
     return best_id if best_id is not None and best >= MATCH_THRESHOLD else None
 

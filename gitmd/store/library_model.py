@@ -50,9 +50,16 @@ class Policy:
 
     def rank(self) -> tuple[int, float, float]:
         """The better evidence first: this node's own (trust), then the interval's lower bound
-        (a policy without one, an import, by its speedup), then the speedup."""
-        speed = self.speedup or 0.0
-        return (self.trust, self.ci_low if self.ci_low is not None else speed, speed)
+        (a policy without one, an import, by its speedup), then the speedup. A fleet policy this
+        node confirmed ranks by what its own runs measured, never by the figures the fleet sent."""
+        speed, low = self.speedup or 0.0, self.ci_low
+        confirmed = self.evidence.get("confirmed") if self.from_fleet else None
+        if isinstance(confirmed, dict):
+            ci = confirmed.get("ci")
+            here = confirmed.get("speedup")
+            speed = float(here) if isinstance(here, (int, float)) else 0.0
+            low = float(ci[0]) if isinstance(ci, list) and ci and isinstance(ci[0], (int, float)) else None
+        return (self.trust, low if low is not None else speed, speed)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,19 @@ def test_hostile_rows_in_the_fleet_store_are_refused_and_change_nothing(
         ("x:4", "NVIDIA A100", good),
         ("x:5", GPU, {**good, "speedup": "fast"}),
         ("x:6", GPU, {"env": {}}),
+        ("x:7", GPU, {**good, "live": [{"lever": "cpu_affinity", "setting": {}}]}),  # two changes in one
+        (
+            "x:8",
+            GPU,
+            {
+                **good,
+                "env": {},
+                "live": [
+                    {"lever": "cpu_affinity", "setting": {}},
+                    {"lever": "sched_priority", "setting": {"nice": 19}},
+                ],
+            },
+        ),
     ]
     for origin, gpu, payload in rows:
         fresh.sql(
@@ -365,3 +378,34 @@ def test_a_node_joining_a_long_history_pulls_back_to_back_until_caught_up(
     finally:
         b.stop()
     assert not b.behind and b.status().pulled == 5
+
+
+def test_a_pin_from_the_fleet_never_overrides_this_nodes_admin_nor_pins_its_own_policies(
+    fresh: Postgres, tmp_path: Path
+) -> None:
+    a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    theirs = a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.3, (1.1, 1.5),
+                                  {"source": "runs"}, GPU)  # fmt: skip
+    a.run_once()
+    b.run_once()
+    wb = b.library.by_launch_key(KEY)
+    assert wb is not None
+    mine = b.library.add_policy(wb.id, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.1, (1.05, 1.2),
+                                {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
+    b.library.pin(mine.id, "root", push=False)  # B's own admin chose
+    a.library.pin(theirs.id, "root")
+    a.run_once()
+    b.run_once()
+    pols = {p.id: p for p in b.library.get(wb.id).policies}
+    assert pols[mine.id].status == "pinned" and pols[mine.id].pinned_by == "root"  # B's admin stands
+    copy = next(p for p in pols.values() if p.id != mine.id)
+    assert copy.status == "validated"
+    # a pin naming B's own (user-scoped) policy as its origin pins nothing of B's
+    b.library.unpin(mine.id, push=False)
+    fresh.sql(
+        "INSERT INTO fleet_events (kind, node, origin, gpu_model, payload) VALUES ('pin', 'x', %s, %s, %s)",
+        [f"b:{mine.id}", GPU, json.dumps({"pinned_by": "evil"})],
+    )
+    b.run_once()
+    assert b.library.get_policy(mine.id).status == "validated"

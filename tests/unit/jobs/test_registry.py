@@ -195,3 +195,30 @@ def test_one_users_jobs_hold_at_most_stored_bytes_per_user(tmp_path: Path) -> No
     with pytest.raises(ResourceExhaustedError):
         reg.register(Registration("k", big, "/w", 4001, 4001, capture=False))
     assert len(mine(reg)) == n  # refused: nothing changed
+
+
+def test_stored_bytes_count_bytes_and_spare_a_running_trials_runs(tmp_path: Path) -> None:
+    """A cwd of 4-byte characters counts four bytes each (SQLite's length() of TEXT counts
+    characters); an ended run a running launch trial still counts is never deleted to make room
+    (its trial looks it up when it decides)."""
+    import json
+
+    store = Store(tmp_path / "g.db")
+    reg = JobRegistry(store, tmp_path / "run", CaptureConfig(), bytes_per_user=1 << 20)
+    cwd = "/" + "\U0001f600" * 1000
+    job = reg.register(Registration("j", ("python", "t.py"), cwd, 4001, 4001, capture=False))[0]
+    held = store.conn.execute("SELECT bytes FROM user_bytes WHERE uid = 4001").fetchone()[0]
+    assert held >= 4001
+    reg.exited(job.id, 0)
+    now = 1
+    store.conn.execute(
+        "INSERT INTO launch_trials (workload_id, lever, setting, cause, state, runs, created_ns, updated_ns) "
+        "VALUES ('w', 'cpu_threads', '{}', 'x', 'running', ?, ?, ?)",
+        [json.dumps([{"job_id": job.id, "arm": "A", "done": True, "run_s": 1.0}]), now, now],
+    )
+    store.conn.commit()
+    big = ("python", "x" * (200 << 10))
+    for i in range(8):  # 1.6 MiB against a 1-MiB cap: the oldest ended jobs go, not the trial's run
+        j = reg.register(Registration(f"k{i}", big, "/w", 4001, 4001, capture=False))[0]
+        reg.exited(j.id, 0)
+    assert reg.get(job.id).id == job.id

@@ -162,3 +162,47 @@ def test_a_live_policy_from_the_fleet_is_tried_on_the_run_not_applied(
     held = svc.library.get_policy(p.id)
     assert held.trust == 2 and held.evidence["confirmed"]["experiment"] == 41
     assert outbox(svc) == [("confirm", p.id)] and len(svc.workload("00c0ffee0003").policies) == 1
+
+
+def test_a_confirmed_fleet_policy_ranks_by_what_this_nodes_runs_measured(tmp_path: Path) -> None:
+    """The fleet's figures order only what this node has not measured: a copy claiming 50x that held
+    here at 1.05x does not beat a policy this node measured at 1.2x."""
+    svc = make_service(tmp_path)
+    recurring(svc, "train")
+    mine = svc.library.add_policy("00c0ffee0003", {"OMP_NUM_THREADS": "4"}, "validated", 1.2, (1.15, 1.25),
+                                  {"source": "runs"})  # fmt: skip
+    theirs = fleet_policy(svc, 50.0, (50.0, 60.0))
+    svc.library.note(
+        theirs.id, lambda e: e.update(confirmed={"held": True, "speedup": 1.05, "ci": [1.031, 1.07]})
+    )
+    active = svc.workload("00c0ffee0003").active_policy
+    assert active is not None and active.id == mine.id
+
+
+def test_a_confirmation_that_cannot_decide_does_not_keep_the_policy(tmp_path: Path) -> None:
+    """Runs without a length by their own clock spoil every pair: the trial is abandoned, and the
+    policy, never shown to hold here, is not kept (not suspect: nothing showed it harmful)."""
+    svc = make_service(tmp_path)
+    recurring(svc, "train")
+    p = fleet_policy(svc)
+    for _ in range(6):
+        run_train(svc, CONTRACT, None, 1.0)
+    (t,) = svc.trials.of_workload("00c0ffee0003")
+    assert t.state == "abandoned"
+    gone = svc.library.get_policy(p.id)
+    assert gone.status == "reverted" and not gone.evidence["confirmed"]["held"]
+    assert not gone.evidence["confirmed"]["suspect"] and outbox(svc) == [("confirm", p.id)]
+
+
+def test_a_policy_reverted_during_its_confirmation_ends_it(tmp_path: Path) -> None:
+    """The fleet reverts the policy (another node found it changed outputs) while this node is
+    confirming it: the next launch gets no arm with it, and the trial is abandoned."""
+    svc = make_service(tmp_path)
+    recurring(svc, "train")
+    p = fleet_policy(svc)
+    runs(svc, 8.0, 2)  # A, B
+    svc.library.revert(p.id, push=False)
+    ((arm, env),) = runs(svc, 8.0, 1)
+    assert arm == "-" and "CUDA_DEVICE_MAX_CONNECTIONS" not in env
+    (t,) = svc.trials.of_workload("00c0ffee0003")
+    assert t.state == "abandoned" and "no longer" in t.decision["reason"]
