@@ -106,6 +106,17 @@ class FleetSync:
     def _connect(self) -> Any:
         if self._conn is not None and not self._conn.closed:
             return self._conn
+        # a statement that hangs (a locked table, a slow server) ends, and the round with it
+        conn = self._open("gitmd", statement_s=self.cfg.connect_timeout_s * 10)
+        if not self._migrated:  # once a process (again after a failed round)
+            migrate(conn)
+            self._migrated = True
+        self._conn = conn
+        return conn
+
+    def _open(self, application: str, statement_s: float) -> Any:
+        """A new connection to the fleet store, with [fleet]'s TLS settings and password, its
+        connection attempt bounded by connect_timeout_s and each statement by ``statement_s``."""
         import psycopg  # only with [fleet] on
 
         kw: dict[str, Any] = {"connect_timeout": max(1, math.ceil(self.cfg.connect_timeout_s))}
@@ -116,14 +127,8 @@ class FleetSync:
         password = read_password(self.cfg)
         if password is not None:
             kw["password"] = password
-        # a statement that hangs (a locked table, a slow server) ends, and the round with it
-        kw["options"] = f"-c statement_timeout={int(self.cfg.connect_timeout_s * 10_000)}"
-        conn = psycopg.connect(self.cfg.url, autocommit=True, application_name="gitmd", **kw)
-        if not self._migrated:  # once a process (again after a failed round)
-            migrate(conn)
-            self._migrated = True
-        self._conn = conn
-        return conn
+        kw["options"] = f"-c statement_timeout={int(statement_s * 1000)}"
+        return psycopg.connect(self.cfg.url, autocommit=True, application_name=application, **kw)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -404,17 +409,8 @@ class FleetSync:
         store cannot be reached."""
         import psycopg
 
-        kw: dict[str, Any] = {"connect_timeout": max(1, math.ceil(self.cfg.connect_timeout_s))}
-        if self.cfg.sslmode:
-            kw["sslmode"] = self.cfg.sslmode
-        if self.cfg.sslrootcert is not None:
-            kw["sslrootcert"] = str(self.cfg.sslrootcert)
         try:
-            password = read_password(self.cfg)
-            if password is not None:
-                kw["password"] = password
-            kw["options"] = f"-c statement_timeout={int(self.cfg.connect_timeout_s * 1000)}"
-            with psycopg.connect(self.cfg.url, autocommit=True, application_name="gitmctl", **kw) as conn:
+            with self._open("gitmctl", statement_s=self.cfg.connect_timeout_s) as conn:
                 rows = conn.execute(LISTING, [MAX_NAME, MAX_NAME, MAX_PAYLOAD_BYTES, limit]).fetchall()
                 origins = [r[0] for r in rows]
                 confirms = conn.execute(

@@ -39,16 +39,17 @@ class Launch:
         reg = dataclasses.replace(reg, gpus=self._gpus(reg.gpus))
         want_capture = reg.capture and d.capture is not None
         found: dict[str, Workload] = {}
+        looked: dict[str, Workload | None] = {}  # one library lookup a key per registration
         suspect = None
         if want_capture:
             key = owned(reg.uid, reg.launch_key or launch_key(list(reg.command), reg.cwd))
-            w0 = d.library.by_launch_key(key)
+            w0 = looked[key] = d.library.by_launch_key(key)
             suspect = d.crashes.find(w0.id if w0 else "", key)
             if suspect is not None:
                 want_capture = False  # run plainly until one run ends clean (gitmd/store/crashes.py)
 
         def resolve(key: str) -> str:
-            w = d.library.by_launch_key(key)
+            w = looked[key] if key in looked else d.library.by_launch_key(key)
             if w is not None:
                 found["w"] = w
             return w.id if w else ""
