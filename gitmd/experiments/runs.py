@@ -145,12 +145,17 @@ class LaunchTrials:
             )
             if rows:
                 return None
-            cur = db.conn.execute(
-                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
-                "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-                (workload_id, lever.name, json.dumps(lever.setting), cause, cause_share, predicted, now, now),
-            )
-            return self._get(db, int(cur.lastrowid or 0))
+            return self._insert(db, workload_id, lever, cause, cause_share, predicted, now)
+
+    def _insert(
+        self, db: Any, workload_id: str, lever: EnvLever, cause: str, share: float, predicted: float, now: int
+    ) -> LaunchTrial:
+        cur = db.conn.execute(
+            "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
+            "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+            (workload_id, lever.name, json.dumps(lever.setting), cause, share, predicted, now, now),
+        )
+        return self._get(db, int(cur.lastrowid or 0))
 
     def plan_confirm(self, workload_id: str, lever: EnvLever, source: str) -> LaunchTrial | None:
         """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs:
@@ -166,13 +171,7 @@ class LaunchTrials:
         with self.store.transaction() as db:
             if db.conn.execute(seen, [workload_id, lever.name, pid]).fetchone() is not None:
                 return None
-            now = time.time_ns()
-            cur = db.conn.execute(
-                "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
-                "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, 0, 0, 'running', ?, ?)",
-                (workload_id, lever.name, json.dumps(lever.setting), source, now, now),
-            )
-            return self._get(db, int(cur.lastrowid or 0))
+            return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns())
 
     def assign(self, workload_id: str, job_id: str, uid: int) -> tuple[LaunchTrial, str] | None:
         """The running trial of the workload and this run's arm (recorded), or None."""

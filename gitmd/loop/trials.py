@@ -203,8 +203,11 @@ class Trials:
     def arm(self, job: Job, workload_id: str, plan: LaunchPlan) -> LaunchPlan:
         """A launch trial of the workload runs: this launch is its next run, arm A or B."""
         d = self.d
-        if d.pause.on or d.launch_trials.running(workload_id) is None:
+        running = None if d.pause.on else d.launch_trials.running(workload_id)
+        if running is None:
             return plan  # the common case, read only: no write transaction per registration
+        if running.lever == PolicyEnv.name and not self._still_confirming(running, plan):
+            return plan  # ended before this run took an arm in it
         got = d.launch_trials.assign(workload_id, job.id, job.uid)
         if got is None:
             return plan
@@ -212,8 +215,6 @@ class Trials:
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
         lever = t.lever_obj()
-        if t.lever == PolicyEnv.name and not self._still_confirming(t, plan):
-            return plan
         env = {**plan.env, **lever.values()} if arm == "B" else plan.env
         if t.lever == PolicyEnv.name and arm == "A":
             # confirming a policy from the fleet: arm A is the run without it
