@@ -114,6 +114,10 @@ class JobCapture:
     next_due_mono: float = 0.0  # the duty cycle's next window for this job
     period_s: float = 0.0
     too_many: bool = False  # more ring files than MAX_RINGS_PER_JOB were seen (said once)
+    # set when the job ends (untrack): an open window stops at its next poll, and the rings are
+    # closed once it lets go of ``lock``; the job's end never waits for a window (a 2-s window
+    # held `gitmctl run`'s exit report: a 1.7-s program took 3.7 s, H200 2026-12-04)
+    ended: threading.Event = field(default_factory=threading.Event)
 
 
 class CaptureManager:
@@ -141,13 +145,20 @@ class CaptureManager:
             self._jobs.setdefault(job_id, JobCapture(job_id, directory))
 
     def untrack(self, job_id: str) -> None:
+        """The job ended: forget it. Never waits for its open window: that window stops at its next
+        poll and closes the rings itself (its drain reads them until then)."""
         with self._lock:
             jc = self._jobs.pop(job_id, None)
         if jc is None:
             return
-        with jc.lock:
-            for pc in jc.procs.values():
-                pc.ring.close()
+        jc.ended.set()
+        if jc.lock.acquire(blocking=False):
+            try:
+                _close_rings(jc)
+            finally:
+                jc.lock.release()
+        else:  # a window holds it: closed as soon as that window is done with them
+            threading.Thread(target=_close_when_free, args=(jc,), name="ring-close", daemon=True).start()
 
     @property
     def windows_opened(self) -> int:
@@ -327,7 +338,12 @@ class CaptureManager:
                 opened = time.monotonic()
                 deadline = opened + duration_s
                 while (left := deadline - time.monotonic()) > 0:
-                    time.sleep(min(left, 0.5 if max_records is None else CAP_POLL_S))
+                    if jc.ended.wait(min(left, 0.5 if max_records is None else CAP_POLL_S)):
+                        notes.append(f"closed after {time.monotonic() - opened:.2f} s: the job ended")
+                        break
+                    if live and not any(pc.alive for pc in live.values()):
+                        notes.append(f"closed after {time.monotonic() - opened:.2f} s: its processes exited")
+                        break
                     _each(live, lambda pc: pc.ring.heartbeat())
                     self.discover(jc)  # processes started during the window join it
                     for n, pc in jc.procs.items():
@@ -415,6 +431,18 @@ class CaptureManager:
                         pc.ring.close_window()
                 except (TypeError, ValueError, RingError):
                     pass
+
+
+def _close_rings(jc: JobCapture) -> None:
+    """With ``jc.lock`` held."""
+    for pc in jc.procs.values():
+        pc.ring.close()
+
+
+def _close_when_free(jc: JobCapture) -> None:
+    """An ended job's rings, closed once the window that holds them is done with them."""
+    with jc.lock:
+        _close_rings(jc)
 
 
 def _each(procs: dict[str, ProcessCapture], fn: Callable[[ProcessCapture], Any]) -> dict[str, Any]:

@@ -173,6 +173,26 @@ class ExperimentStore:
             )
             return [_exp(r) for r in rows]
 
+    def workload_levers(self, workload_id: str) -> dict[str, str]:
+        """Live levers the workload's earlier runs tried: "reverted" (decided, not kept: never
+        tried on it again) or "resumable" (ended with its run undecided: the next run continues it)."""
+        if not workload_id:
+            return {}
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT e.lever, e.state, json_extract(e.decision, '$.continued_in') AS cont "
+                "FROM experiments e JOIN jobs j ON j.id = e.job_id "
+                "WHERE j.workload_id = ? AND e.state IN ('reverted', 'abandoned')",
+                [workload_id],
+            )
+        out: dict[str, str] = {}
+        for r in rows:
+            if r["state"] == "reverted":
+                out[r["lever"]] = "reverted"
+            elif r["cont"] is None:
+                out.setdefault(r["lever"], "resumable")
+        return out
+
     def continued(self, earlier: list[Experiment], eid: int) -> None:
         """``earlier``'s pairs are carried by experiment ``eid`` now: never continued twice."""
         with self.store.transaction() as db:

@@ -37,14 +37,20 @@ def ring_owner_problem(pid: int, ticks: int, dev: int, ino: int, uid: int) -> st
         return ""
     base = Path(f"/proc/{pid}")
     try:
-        uid_line = next(x for x in (base / "status").read_text().splitlines() if x.startswith("Uid:"))
+        status = (base / "status").read_text().splitlines()
+        uid_line = next(x for x in status if x.startswith("Uid:"))
+        ppid = int(next(x for x in status if x.startswith("PPid:")).split()[1])
         maps = (base / "maps").read_text()
-    except (FileNotFoundError, ProcessLookupError, StopIteration):
+    except (FileNotFoundError, ProcessLookupError, StopIteration, ValueError, IndexError):
         return ""  # it ended meanwhile
     except OSError as e:  # e.g. gitmd not root and the process another user's: unproven, refused
         return f"names pid {pid}, whose memory map cannot be read ({e.strerror})"
     if start_ticks(pid) != ticks:
         return ""  # the pid was reused while we read: that one ended
+    if not maps.strip() and ppid not in (0, 2):
+        # a user process has always mapped something until it exits: this one has let go of its
+        # memory (exiting, or a zombie); kernel threads (parent 0 or kthreadd) map nothing and run on
+        return ""
     real, effective = (int(x) for x in uid_line.split()[1:3])
     if uid not in (real, effective):
         return f"names pid {pid}, which runs as uid {real}, not the job's uid {uid}"

@@ -362,6 +362,21 @@ class JobRegistry:
             )
             return [(r["ended_ns"] - r["created_ns"]) / 1e9 for r in rows]
 
+    def observation_record(self, launch_key: str, before_ns: int, runs: int = 256) -> tuple[int, int]:
+        """Of the latest ``runs`` ended runs of ``launch_key`` registered before ``before_ns``: how
+        many had a capture window, and how many runs came after the newest of those (all of them
+        when none had one)."""
+        if not launch_key:
+            return 0, 0
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT windows FROM jobs WHERE launch_key = ? AND created_ns < ? "
+                "AND state IN ('exited', 'lost') ORDER BY created_ns DESC LIMIT ?",
+                [launch_key, before_ns, runs],
+            )
+            seen = [int(r["windows"] or 0) > 0 for r in rows]
+        return sum(seen), next((i for i, s in enumerate(seen) if s), len(seen))
+
     def plain_runs_s(self, launch_key: str, exclude: set[str], runs: int = 5) -> builtins.list[float]:
         """The run lengths by their own clock (jobs.run_s) of the latest ``runs`` runs of
         ``launch_key`` that ended cleanly with no policy and no crash, less ``exclude`` (job ids):

@@ -27,7 +27,11 @@ class Attribute:
         no trial, when none runs."""
         rep = self.report(job, window_id)
         st = self.d.states.get(job.id)
-        if st is None or not st.idle or job.state not in ("registered", "running"):
+        if st is None or job.state not in ("registered", "running"):
+            return rep
+        if st.resting:
+            return dataclasses.replace(rep, notes=[*rep.notes, f"no duty window on this run: {st.resting}"])
+        if not st.idle:
             return rep
         note = f"nothing tried after its latest window: {st.idle}"
         return dataclasses.replace(rep, notes=[*rep.notes, note])

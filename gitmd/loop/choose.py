@@ -78,6 +78,8 @@ class Choose:
             return self.no_cause(report, earlier)
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
         st.tried |= {e.lever for e in d.experiments.of_job(job_id)}
+        # decided on an earlier run of its workload and not kept: not tried again (each try costs a run)
+        reverted = {n for n, s in d.experiments.workload_levers(job.workload_id).items() if s == "reverted"}
         skipped = []
         record = d.experiments.lever_record()
         # the cause's levers, the likeliest to be kept here first (their record on this host)
@@ -87,6 +89,9 @@ class Choose:
                 continue
             if name in st.tried:
                 skipped.append(f"{name} tried on this run")
+                continue
+            if name in reverted:
+                skipped.append(f"{name} tried on an earlier run of its workload and not kept")
                 continue
             lever = self.targets.live_lever(name, job)
             if lever is None:

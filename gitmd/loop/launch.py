@@ -85,8 +85,12 @@ class Launch:
         if plan.capture and d.capture is not None:
             st.captured = True
             d.capture.track(job.id, Path(job.runtime_dir))
-            why = self.observe.settles(job, plan)
-            if why:
+            rest = self.observe.rests(job, plan)
+            why = "" if rest else self.observe.settles(job, plan)
+            if rest:
+                st.resting, st.observed = rest, True
+                log.info("job %s (%s): %s", job.id, job.name, rest)
+            elif why:
                 st.settling = True
                 log.info("job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
                          "(capture.settle_s)", job.id, job.name, why, d.config.capture.settle_s)  # fmt: skip

@@ -63,6 +63,35 @@ class Observe:
             return "a first run (taken as long until it has shown otherwise)"
         return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""
 
+    def rests(self, job: Job, plan: LaunchPlan) -> str:
+        """Why this run of a recurring program gets no capture window at all ("" : it may get them):
+        its program was observed on enough earlier runs, and the backoff says this one is not due
+        (capture.reobserve_every, observe_runs). Windows cost a run whatever they find (from its first
+        one CUPTI stays attached: a short timm training lost 15% a run, H200 2026-12-04); once its
+        causes are known and its levers tried, observing every run only costs. Observed regardless:
+        a run that continues a live trial of its workload, carries a live policy that acts through a
+        window or a fleet policy to confirm, and every run while observe_runs runs are not yet seen.
+        A launch trial's run gets no window anyway."""
+        c = self.d.config.capture
+        if c.reobserve_every <= 0 or plan.trial or not job.launch_key:
+            return ""
+        st = self.d.states.of(job.id)
+        if st.live is not None and (st.live.confirm or any(x.get("lever") not in WINDOW_FREE_LEVERS
+                                                            for x in st.live.items)):  # fmt: skip
+            return ""
+        if "resumable" in self.d.experiments.workload_levers(job.workload_id).values():
+            return ""
+        observed, since = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        if observed < c.observe_runs:
+            return ""
+        gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
+        if since >= gap:
+            return ""
+        return (
+            f"its program was observed on {observed} earlier runs; this run is not observed (the next "
+            f"in {gap - since} runs: capture.reobserve_every)"
+        )
+
     def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
         """A settling job whose oldest live process is younger than capture.settle_s."""
         st = self.d.states.of(job_id)
@@ -95,8 +124,11 @@ class Observe:
         has ended, or it is still settling."""
         d = self.d
         assert d.capture is not None
-        if d.states.of(job_id).trial_id is not None:
+        st = d.states.of(job_id)
+        if st.trial_id is not None:
             return False  # measured by its own clock: CUPTI never attached to either arm
+        if st.resting:
+            return False  # earlier runs observed its program (rests)
         if not d.capture.observable(job_id):
             return False  # every live process's observation has ended
         jc = d.capture.get(job_id)

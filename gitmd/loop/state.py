@@ -69,6 +69,7 @@ class JobState:
     # the causes that live trial may remove: the one it acts on and the others its lever addresses
     experiment_causes: set[str] = field(default_factory=set)
     observed: bool = False  # its observation has ended
+    resting: str = ""  # why this run gets no window at all: earlier runs observed it (Observe.rests)
     idle: str = ""  # why its latest window started no trial ("" : one started, or one runs)
     # windows past start-up that held kernels: what the observation counts (capture.session_windows).
     # A window with no kernel shows nothing a cause could be read from — start-up, a CPU phase, or

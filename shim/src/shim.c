@@ -108,6 +108,7 @@ static struct {
     uint64_t yield_until_ns;      /* CLOCK_MONOTONIC: the yield lifts itself then */
     uint64_t flags[GITM_FLAGS];       /* GITM_KNOB_FLAG: read by the process's hooks (gitm_shim_flag) */
     uint64_t flag_reads[GITM_FLAGS];
+    int debug;                    /* GITM_SHIM_DEBUG=1: timings of the shim's own steps on stderr */
 } g = {.once = PTHREAD_ONCE_INIT,
        .cupti_lock = PTHREAD_MUTEX_INITIALIZER,
        .payload_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -118,6 +119,18 @@ static uint64_t mono_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
+
+/* GITM_SHIM_DEBUG=1: one line on stderr per step of the shim's own (what it costs a short run:
+ * bench/run_cost.py); milliseconds since InitializeInjection. Off by default. */
+#define DEBUG_MS(t0) ((double)(mono_ns() - (t0)) / 1e6)
+#define DEBUG(...)                                                                                          \
+    do {                                                                                                    \
+        if (g.debug) {                                                                                      \
+            fprintf(stderr, "gitm shim %d +%.1f ms: ", (int)getpid(), DEBUG_MS(g.start_mono_ns));           \
+            fprintf(stderr, __VA_ARGS__);                                                                   \
+            fputc('\n', stderr);                                                                            \
+        }                                                                                                   \
+    } while (0)
 
 static uint64_t real_ns(void)
 {
@@ -985,6 +998,7 @@ static void collect_cupti_drops(void)
 
 static void close_window(const char *why)
 {
+    uint64_t t0 = mono_ns();
     for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
         if (g.enabled_mask & KINDS[i].gitm)
             cuptiActivityDisable(KINDS[i].cupti);
@@ -997,6 +1011,7 @@ static void close_window(const char *why)
     g.window_id = 0;
     g.ring.hdr->window_id = 0;
     gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, why);
+    DEBUG("window closed in %.1f ms (%s)", DEBUG_MS(t0), why);
     if (g.detach == DETACH_EVERY)
         request_detach();
 }
@@ -1044,6 +1059,7 @@ static void app_cupti_used(void)
 
 static void open_window(uint32_t id, uint32_t mask)
 {
+    uint64_t t0 = mono_ns();
     if (g.detached || g.detach_requested) {
         gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0,
                              "CUPTI detached (or about to be) for good: no more windows in this process");
@@ -1072,6 +1088,7 @@ static void open_window(uint32_t id, uint32_t mask)
         switch_off(r, "cuptiActivityRegisterCallbacks");
         return;
     }
+    DEBUG("window %u: subscriber probe and callbacks %.1f ms", id, DEBUG_MS(t0));
     write_clock_pair();
     write_window_marker(id, 1, mask);
     uint32_t enabled = 0;
@@ -1082,7 +1099,9 @@ static void open_window(uint32_t id, uint32_t mask)
         if (r == CUPTI_SUCCESS)
             enabled |= KINDS[i].gitm;
     }
+    DEBUG("window %u: activity kinds enabled at %.1f ms", id, DEBUG_MS(t0));
     enabled |= start_payloads(mask);
+    DEBUG("window %u: open in %.1f ms (kinds 0x%x)", id, DEBUG_MS(t0), enabled);
     g.enabled_mask = enabled;
     g.names_at_open = __atomic_load_n(&g.ring.hdr->names_interned, __ATOMIC_RELAXED);
     g.kernels_at_open = __atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED);
@@ -1617,11 +1636,14 @@ static void at_exit(void)
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)(EXIT_LOCK_NS / 1000000000ULL);
+    uint64_t t0 = mono_ns();
     int locked = pthread_mutex_timedlock(&g.cupti_lock, &until) == 0;
     g.exiting = 1;
+    DEBUG("exit: control thread's lock %s after %.1f ms", locked ? "taken" : "NOT taken", DEBUG_MS(t0));
     if (g.active && !g.inert && locked && g.window_id) {
         cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         write_window_marker(g.window_id, 2, g.enabled_mask);
+        DEBUG("exit: open window %u flushed, at %.1f ms", g.window_id, DEBUG_MS(t0));
     }
     if (g.active && !g.inert)
         gitm_ring_set_status(&g.ring, GITM_STATUS_IDLE, 0, "process exited");
@@ -1648,6 +1670,7 @@ static void initialize(void)
         return; /* not launched by gitmd: stay out of the way */
     g.pid = getpid();
     g.start_mono_ns = mono_ns();
+    g.debug = env_size("GITM_SHIM_DEBUG", 0, 0, 1) == 1;
     g.detach_min_age_ns = env_size("GITM_SHIM_DETACH_MIN_AGE_MS", GITM_DETACH_MIN_AGE_MS, 0, 3600u * 1000) * 1000000ULL;
     const char *detach = getenv("GITM_SHIM_DETACH");
     g.detach = detach && strcmp(detach, "1") == 0       ? DETACH_ONCE
@@ -1698,6 +1721,7 @@ static void initialize(void)
     }
     pthread_setname_np(g.thread, "gitm-shim");
     pthread_detach(g.thread);
+    DEBUG("initialized (CUPTI %u)", version);
 }
 
 EXPORT int InitializeInjection(void)

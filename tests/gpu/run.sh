@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, run-cost, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -69,6 +69,11 @@ for part in "${PARTS[@]}"; do
         --json "$OUTDIR/shim-floor.json" 2>&1 | tee "$OUTDIR/shim-floor.md"
       RESULT[$part]=$(grep -E 'within each process' "$OUTDIR/shim-floor.md" | tr '\n' ' ' || echo "failed")
       ;;
+    run-cost)  # what gitmd costs a short run, piece by piece (guard, CUPTI, shim, gitmctl, windows/trials)
+      python3 bench/run_cost.py --programs "${RUNCOST_PROGRAMS:-cupy_fft,launch_bound}" --rounds "${RUNCOST_ROUNDS:-6}" ${RUNCOST_ARGS:-} \
+        --json "$OUTDIR/run-cost.json" 2>&1 | tee "$OUTDIR/run-cost.md"
+      RESULT[$part]=$(grep -E '^\| (cupy|launch|mlp)' "$OUTDIR/run-cost.md" | tr '\n' ' ' || echo "failed")
+      ;;
     telemetry-cost)
       python3 bench/telemetry_cost.py --backends nvml,sim --duration 60 --json "$OUTDIR/telemetry-cost.json" \
         2>&1 | tee "$OUTDIR/telemetry-cost.md"
@@ -90,6 +95,8 @@ for part in "${PARTS[@]}"; do
       corpus_src
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
         --oracle-levers "${CORPUS_ORACLE:-}" --out "$OUTDIR/corpus" 2>&1 | tee "$OUTDIR/corpus.md"
+      # the device tool brings back a bounded number of files: the per-run logs travel as one archive
+      [ -d "$OUTDIR/corpus/logs" ] && tar czf "$OUTDIR/corpus-logs.tgz" -C "$OUTDIR/corpus" logs && rm -rf "$OUTDIR/corpus/logs"
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/corpus.md" | tr '\n' ' ' || echo "failed")
       ;;
     corpus-verify)  # corpus programs run plainly once each (bench/corpus/verify.py): CORPUS_PROGRAMS=a,b (default all)

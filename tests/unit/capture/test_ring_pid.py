@@ -108,3 +108,32 @@ def test_a_folder_full_of_empty_ring_files_costs_a_bounded_scan(tmp_path: Path) 
     assert len(opened) == windows.MAX_RINGS_PER_JOB
     jc = cm.get("j")
     assert jc is not None and jc.too_many
+
+
+def test_a_ring_of_a_process_that_has_exited_but_is_not_reaped_is_no_problem(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A short job's process can end before gitmd first reads its ring: between its exit and its
+    parent's wait it is a zombie with the same pid and start time that maps nothing any more. That
+    is an ended process, not a spoofed one (seen on the H200: "names pid 1423, which does not map
+    this ring file: not trusted" for a 1.7-s CuPy run); gitmd never acts on it either way."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    ticks = None
+    while ticks is None:
+        ticks = start_ticks(zombie.pid)
+    try:
+        deadline = time.monotonic() + 10
+        while "\nState:\tZ" not in Path(f"/proc/{zombie.pid}/status").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        path = _naming(write_ring, job_dir, zombie.pid)
+        st = path.stat()
+        assert ring_owner_problem(zombie.pid, ticks, st.st_dev, st.st_ino, os.getuid()) == ""
+        # a kernel thread maps nothing and runs on: a ring naming one is refused (kthreadd, pid 2)
+        kthreadd = start_ticks(2)
+        if kthreadd is not None:
+            assert ring_owner_problem(2, kthreadd, st.st_dev, st.st_ino, os.getuid()) != ""
+    finally:
+        zombie.wait()

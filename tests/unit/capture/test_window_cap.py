@@ -102,3 +102,63 @@ def test_a_window_asks_the_configured_kinds_and_none_comes_after_the_observation
         assert after.processes == [] and any("observation ended" in n for n in after.notes)
     finally:
         mgr.untrack("j")
+
+
+def test_the_jobs_end_never_waits_for_its_open_window(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A 5-s window is open when the job ends: untrack returns at once, the window stops at its next
+    poll (saying why), and the rings are closed once the window is done with them. On the H200 the
+    exit report waited for the window and a 1.7-s program took 3.7 s under `gitmctl run`."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    _live_ring(job_dir, write_ring)
+    mgr = CaptureManager(abi.load(), ("kernel",), 250)
+    mgr.track("j", job_dir)
+    jc = mgr.get("j")
+    assert jc is not None
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(mgr.capture("j", 5.0, ack_timeout_s=0.05)))
+    t0 = time.monotonic()
+    t.start()
+    while not jc.lock.locked():
+        time.sleep(0.005)
+    time.sleep(0.2)
+    u0 = time.monotonic()
+    mgr.untrack("j")
+    assert time.monotonic() - u0 < 0.1  # not the window's 5 s
+    t.join(3)
+    assert not t.is_alive() and time.monotonic() - t0 < 2.0
+    (w,) = got
+    assert any("the job ended" in n for n in w.notes)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 2
+    while any(pc.ring._fd >= 0 for pc in jc.procs.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(pc.ring._fd < 0 for pc in jc.procs.values())
+
+
+def test_a_window_stops_when_its_processes_have_exited(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    _live_ring(job_dir, write_ring)
+    mgr = CaptureManager(abi.load(), ("kernel",), 250)
+    mgr.track("j", job_dir)
+    jc = mgr.get("j")
+    assert jc is not None
+    try:
+        mgr.discover(jc)
+        (pc,) = jc.procs.values()
+
+        def exit_soon() -> None:
+            time.sleep(0.3)
+            pc.exited = True  # as the pidfd watcher marks it
+
+        threading.Thread(target=exit_soon, daemon=True).start()
+        t0 = time.monotonic()
+        w = mgr.capture("j", 5.0, ack_timeout_s=0.05)
+        assert time.monotonic() - t0 < 2.0
+        assert any("its processes exited" in n for n in w.notes)
+    finally:
+        mgr.untrack("j")

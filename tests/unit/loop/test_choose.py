@@ -276,6 +276,12 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
     svc.loop.choose.live(job_id)
     assert started == []  # ended: nothing to measure a live trial with
     st.observed = False
+    # tried on an earlier run of its workload and not kept: not tried again (each try costs a run)
+    svc.jobs.set_workload(job_id, "w1")
+    svc.experiments.workload_levers = lambda wid: {"sched_priority": "reverted"} if wid == "w1" else {}  # type: ignore[method-assign]
+    why = svc.loop.choose.live(job_id)
+    assert started == [] and "sched_priority tried on an earlier run of its workload and not kept" in why
+    svc.experiments.workload_levers = lambda wid: {}  # type: ignore[method-assign]
 
     inside, most = [0], [0]
 

@@ -131,6 +131,72 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     svc.states.of(brief.id).policy_id = 0
 
 
+def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A short timm training on the H200 (2026-12-04) lost 15% of every run to its windows (CUPTI
+    attached from the first on) while nothing was left to learn on it. After capture.observe_runs
+    observed runs, a run of the same program is observed only once the backoff says so (runs 1, 2,
+    4, 8, 16, ... at most every capture.reobserve_every): the others get no window at all, and
+    explain says why. Observed regardless: a run whose workload has a live trial to continue, or a
+    live policy whose lever acts through a window."""
+    svc = make_service(tmp_path)
+    assert svc.config.capture.observe_runs == 2 and svc.config.capture.reobserve_every == 32
+    submitted: list[str] = []
+    svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.windows_per_user = 1000
+    template = tmp_path / "template"
+    template.mkdir()
+    live_ring(str(template), write_ring, age_s=60)  # a ring naming this living process, settled
+
+    def run() -> tuple[str, bool]:
+        """A run of the program, its duty tick, its end; whether it was observed (got a window)."""
+        v, plan = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
+        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+        path.write_bytes((template / "ring-1-1.gitm").read_bytes())
+        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
+        submitted.clear()
+        svc.duty_cycle()
+        observed = submitted == [v.job.id]
+        assert observed != bool(svc.states.of(v.job.id).resting)
+        if observed:
+            with svc.jobs.store.transaction() as db:  # as its windows would have been counted
+                db.execute("UPDATE jobs SET windows = 2 WHERE id = ?", [v.job.id])
+        svc.report_exit(v.job.id, 0)
+        if observed:
+            with svc.jobs.store.transaction() as db:
+                db.execute("UPDATE jobs SET windows = 2 WHERE id = ?", [v.job.id])
+        return v.job.id, observed
+
+    seen = [run()[1] for _ in range(20)]
+    assert [i + 1 for i, o in enumerate(seen) if o] == [1, 2, 4, 8, 16]
+    # the next run (21st: not due) says why it has no window (explain shows it as a note)
+    v, _ = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
+    st = svc.states.of(v.job.id)
+    assert "observed on 5 earlier runs" in st.resting and st.observed
+    job = svc.jobs.get(v.job.id)
+    rests = svc.loop.observe.rests
+    # a live policy whose lever needs a window (it finds the stream to raise): observed
+    st.live = LivePending(1, [{"lever": "stream_priority", "setting": {}}], 0)
+    assert rests(job, LaunchPlan({}, ())) == ""
+    st.live = LivePending(1, [{"lever": "cpu_affinity", "setting": {}}], 0)
+    assert rests(job, LaunchPlan({}, ()))  # window-free: applied as its processes show
+    st.live = None
+    # its workload has a live trial its last run ended before deciding: this run continues it
+    svc.jobs.set_workload(job.id, "w1")
+    job = svc.jobs.get(job.id)
+    svc.experiments.workload_levers = lambda wid: {"cpu_affinity": "resumable"}  # type: ignore[method-assign]
+    assert rests(job, LaunchPlan({}, ())) == ""
+    svc.experiments.workload_levers = lambda wid: {"cpu_affinity": "reverted"}  # type: ignore[method-assign]
+    assert rests(job, LaunchPlan({}, ()))
+    # off: every run observed
+    every = dataclasses.replace(svc.config.capture, reobserve_every=0)
+    set_config(svc, dataclasses.replace(svc.config, capture=every))
+    assert rests(job, LaunchPlan({}, ())) == ""
+    svc.report_exit(v.job.id, 0)
+
+
 @pytest.mark.parametrize(
     ("fixture", "full_at_once"),
     [("bf16-n8192.w2.npz", True), ("launch-1k.w2.npz", False)],

@@ -164,6 +164,7 @@ def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path)
         assert not d.promote and "abandoned" in d.reason
         assert [e.id for e in exps.resumable("w1", "cpu_affinity")] == [first.exp.id]
         assert exps.resumable("w1", "sched_priority") == [] and exps.resumable("other", "cpu_affinity") == []
+        assert exps.workload_levers("w1") == {"cpu_affinity": "resumable"}  # its next run is observed
         # the second run: one more pair (B, A), then it ended too: it carries both pairs on
         second = trial(run_of_workload(), [5.1, 10.2, None], exps.resumable("w1", "cpu_affinity"))
         assert not second.run().promote
@@ -176,6 +177,11 @@ def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path)
         assert "2 pair(s) from earlier runs" in d.reason and 1.8 < d.interval.speedup < 2.2
         assert exps.resumable("w1", "cpu_affinity") == []  # decided: nothing left to continue
         assert exps.get(third.exp.id).decision["continues"] == [second.exp.id]
+        assert exps.workload_levers("w1") == {}  # kept: a policy now, nothing to continue or avoid
+        # a lever decided and not kept on a run of the workload is not tried on it again
+        fourth = trial(run_of_workload(), [5.0, 10.0, 10.1, 5.0], [])
+        assert not fourth.run().promote and exps.get(fourth.exp.id).state == "reverted"
+        assert exps.workload_levers("w1") == {"cpu_affinity": "reverted"}
     finally:
         child.kill()
         child.wait()

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""What gitmd costs a short run, piece by piece: each program runs the same fixed work plainly and in
+five ways that each add one piece of what `gitmctl run` brings, interleaved (the order turns every
+round), against one real gitmd (NVML where a GPU is present). The difference of medians between
+neighbours is that piece's cost:
+
+  plain       the program alone
+  guard       + the free guard on LD_PRELOAD (libgitm_guard.so)
+  cupti       + CUPTI loaded by an injection library that enables nothing (bench/cupti_floor.c with
+                its control file at 0): what loading CUPTI into the process costs
+  shim        guard + gitmd's shim injected (ring created, callbacks registered, control thread),
+              no daemon: windows never open
+  ctl-nocap   `gitmctl run --no-capture`: gitmctl's start, registration, the exit report; no shim
+  ctl-noexplore  `gitmctl run --no-explore`: shim and windows, no trial arms
+  ctl         `gitmctl run` with its defaults: all of it (the daemon may open windows and trials)
+
+    python3 bench/run_cost.py --programs cupy_fft,launch_bound --rounds 8 --json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.crash_soak import CONFIG  # noqa: E402
+from bench.harness import Gitmd  # noqa: E402
+
+PY = sys.executable
+WL = ROOT / "bench" / "workloads"
+SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
+GUARD = ROOT / "shim" / "build" / "libgitm_guard.so"
+FLOOR = ROOT / "shim" / "build" / "libcupti_floor.so"
+# Fixed work each (not a duration), about a second or two of GPU work on the H200.
+PROGRAMS = {
+    "cupy_fft": [PY, str(WL / "cupy_fft.py"), "--steps", "300"],
+    "launch_bound": [PY, str(WL / "launch_bound.py"), "--steps", "300"],
+    "mlp_train": [PY, str(WL / "mlp_train.py"), "--steps", "100"],
+    "trivial": [PY, "-c", "pass"],  # no CUDA: what the launch path costs where nothing is injected
+}
+MODES = ("plain", "guard", "cupti", "shim", "ctl-nocap", "ctl-noexplore", "ctl")
+
+
+def backend() -> str:
+    return "nvml" if shutil.which("nvidia-smi") else "sim"
+
+
+# The program's own wall time inside gitmctl (its launcher's start and RPCs excluded), on stderr.
+CHILD = 's=$(date +%s%N); "$@"; r=$?; echo "gitm-child-ns $(($(date +%s%N)-s))" >&2; exit $r'
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    t0 = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, env=env)
+    return time.monotonic() - t0, p.returncode, p.stderr.decode("utf-8", "replace")
+
+
+def child_s(stderr: str) -> float | None:
+    found = re.findall(r"^gitm-child-ns (\d+)$", stderr, re.M)
+    return int(found[-1]) / 1e9 if found else None
+
+
+def command(
+    mode: str, name: str, g: Gitmd, scratch: Path, i: int, debug: bool
+) -> tuple[list[str], dict[str, str]]:
+    program = PROGRAMS[name]
+    env = dict(os.environ)
+    if debug:
+        env["GITM_SHIM_DEBUG"] = "1"  # the shim's own steps timed, on the job's stderr
+    if mode == "guard":
+        env["LD_PRELOAD"] = str(GUARD)
+    elif mode == "cupti":
+        control = scratch / "floor-control"
+        control.write_text("0")
+        env.update(CUDA_INJECTION64_PATH=str(FLOOR), GITM_FLOOR_CONTROL=str(control))
+    elif mode == "shim":
+        job_dir = scratch / f"job-{i}"
+        job_dir.mkdir(mode=0o700)
+        env.update(LD_PRELOAD=str(GUARD), CUDA_INJECTION64_PATH=str(SHIM))
+        env.update(GITM_JOB_DIR=str(job_dir), GITM_JOB_ID=f"j{i}")
+    elif mode.startswith("ctl"):
+        ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "-v", "--name", f"run-cost-{name}",
+               "--launch-key", f"run-cost-{name}"]  # fmt: skip
+        if mode == "ctl-nocap":
+            ctl.append("--no-capture")
+        elif mode == "ctl-noexplore":
+            ctl.append("--no-explore")
+        return [*ctl, "--", "sh", "-c", CHILD, "sh", *program], env
+    return program, env
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--programs", default="cupy_fft,launch_bound")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--json", type=Path, help="every sample, the shim's debug lines, gitmd's jobs and log")
+    ap.add_argument("--debug", action="store_true", help="GITM_SHIM_DEBUG=1: the shim's steps timed")
+    a = ap.parse_args()
+    names = [p for p in a.programs.split(",") if p]
+    modes = [m for m in a.modes.split(",") if m]
+    bad = [p for p in names if p not in PROGRAMS] + [m for m in modes if m not in MODES]
+    if bad:
+        known = f"programs: {', '.join(PROGRAMS)}; modes: {', '.join(MODES)}"
+        raise SystemExit(f"unknown: {', '.join(bad)} ({known})")
+    for need in (SHIM, GUARD, FLOOR):
+        if not need.exists():
+            raise SystemExit(f"{need} is not built (make -C shim all)")
+    scratch = Path(tempfile.mkdtemp(prefix="gitm-runcost-"))
+    g = Gitmd(scratch / "gitmd", CONFIG.format(backend=backend()))
+    g.start()
+    samples: dict[str, dict[str, list[float]]] = {p: {m: [] for m in modes} for p in names}
+    failures: list[str] = []
+    runs: list[dict[str, object]] = []
+    i = 0
+    try:
+        for r in range(a.rounds):
+            for p in names:
+                turn = modes[r % len(modes) :] + modes[: r % len(modes)]
+                for m in turn:
+                    i += 1
+                    argv, env = command(m, p, g, scratch, i, a.debug)
+                    s, rc, err = timed(argv, env)
+                    shim = [ln for ln in err.splitlines() if ln.startswith(("gitm shim", "gitmctl"))]
+                    runs.append({"program": p, "mode": m, "round": r, "wall_s": s, "child_s": child_s(err),
+                                 "exit": rc, "stderr": shim[-40:]})  # fmt: skip
+                    if rc != 0:
+                        failures.append(f"{p} {m} round {r}: exit {rc}")
+                        continue
+                    samples[p][m].append(s)
+            print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        jobs = subprocess.run(
+            [PY, "-m", "gitmctl", "--socket", str(g.socket), "jobs", "--all", "--json"], capture_output=True
+        ).stdout.decode()
+    finally:
+        g.stop()
+    print(f"backend {backend()}, {a.rounds} rounds, median wall s (added to plain)")
+    print("| program | " + " | ".join(modes) + " |")
+    print("| --- |" + " --- |" * len(modes))
+    for p in names:
+        med = {m: statistics.median(v) if v else float("nan") for m, v in samples[p].items()}
+        base = med.get("plain", float("nan"))
+        cells = [f"{med[m]:.3f} (+{med[m] - base:.3f})" if m != "plain" else f"{med[m]:.3f}" for m in modes]
+        print(f"| {p} | " + " | ".join(cells) + " |")
+    inside = [(r["program"], r["mode"], r["wall_s"], r["child_s"]) for r in runs if r["child_s"] is not None]
+    if inside:
+        print("\nthrough gitmctl: median wall s of the program itself (gitmctl's start and RPCs not in it)")
+        for p in names:
+            for m in modes:
+                got = [(w, c) for q, mm, w, c in inside if q == p and mm == m]
+                if got:
+                    w = statistics.median(x for x, _ in got)
+                    c = statistics.median(y for _, y in got)
+                    print(f"  {p} {m}: program {c:.3f} s, gitmctl around it {w - c:.3f} s")
+    for f in failures:
+        print("failed:", f)
+    if a.json:
+        try:
+            listed = json.loads(jobs) if jobs.strip() else {}
+        except json.JSONDecodeError:
+            listed = {"unparsed": jobs[-5000:]}
+        a.json.write_text(json.dumps({"backend": backend(), "samples": samples, "failures": failures,
+                                      "runs": runs, "jobs": listed}, indent=1))  # fmt: skip
+        shutil.copy(g.log, a.json.with_suffix(".gitmd.log"))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
