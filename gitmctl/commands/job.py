@@ -171,8 +171,14 @@ def cost_line(cost_json: str) -> str:
         if arm == 0
         else (", its launch-trial arm not measured" if arm is None else f", its trial arm {arm:.2f} s")
     )
+    obs = c.get("observation_s")
+    observed = (
+        f", measured {obs:.2f} s against its runs without a window"
+        if obs is not None and c.get("windows")
+        else ""
+    )
     return (
         f"{share}: {c.get('windows', 0)} windows ({c.get('window_s', 0):.1f} s, "
-        f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model), losing trial arms "
+        f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model{observed}), losing trial arms "
         f"{c.get('losing_arms_s', 0):.2f} s{trial}"
     )

@@ -377,6 +377,24 @@ class JobRegistry:
             seen = [int(r["windows"] or 0) > 0 for r in rows]
         return sum(seen), next((i for i, s in enumerate(seen) if s), len(seen))
 
+    def unobserved_runs_s(
+        self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9
+    ) -> builtins.list[float]:
+        """The run lengths (jobs.run_s) of the latest ``runs`` runs of ``launch_key`` with this
+        policy that had no capture window and were no launch trial's run (their cost record says
+        arm ""), ended cleanly, less ``exclude``: what the program takes when gitmd only launches it."""
+        if not launch_key:
+            return []
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT id, run_s FROM jobs WHERE launch_key = ? AND state = 'exited' AND exit_code = 0 "
+                "AND crash = '' AND run_s > 0 AND windows = 0 AND policy_id = ? "
+                "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
+                "ORDER BY created_ns DESC LIMIT ?",
+                [launch_key, policy_id, runs + len(exclude)],
+            )
+            return [float(r["run_s"]) for r in rows if r["id"] not in exclude][:runs]
+
     def plain_runs_s(self, launch_key: str, exclude: set[str], runs: int = 5) -> builtins.list[float]:
         """The run lengths by their own clock (jobs.run_s) of the latest ``runs`` runs of
         ``launch_key`` that ended cleanly with no policy and no crash, less ``exclude`` (job ids):

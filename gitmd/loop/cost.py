@@ -7,6 +7,13 @@
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
 - ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
   the run's own clock, when slower (null when there are no plain runs to compare with);
+- ``observation_s``: measured — an observed run (one with windows) against the same program's
+  latest runs with the same policy that had none and were no trial's (capture.reobserve_every makes
+  them), by their length from CUDA's start to the last exit, when slower; 0 for a run with no window;
+  null when fewer than OBSERVATION_BASE such runs exist. Where known it replaces the capture model
+  and the losing arms (it holds them: it measures what the windows, the trials in them and the
+  CUPTI they leave attached really cost; the model only counts launches inside windows);
+- ``arm``: the launch trial arm the run was ("A", "B") or "";
 - ``measured_share``: the measured parts over the run's length, and ``share`` the model's part with
   them; each null when a part or the run's length is not known (never a guess).
 """
@@ -20,6 +27,7 @@ from typing import Any
 from gitmd.loop.deps import Deps
 
 KEPT = ("promoted",)
+OBSERVATION_BASE = 3  # unobserved runs needed to measure what an observed one cost
 
 
 def losing_arms_s(experiments: list[Any], window_s: float) -> float:
@@ -47,21 +55,33 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
     job = d.jobs.get(job_id)
     arms = losing_arms_s(d.experiments.of_job(job_id), d.config.capture.window_duration_s)
     trial_arm: float | None = 0.0
+    arm = ""
     if st.trial_id is not None:
         trial = next((t for t in d.launch_trials.of_workload(job.workload_id) if t.id == st.trial_id), None)
-        arm = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), None) if trial else None
+        arm = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), "") if trial else ""
         if arm == "B":
             plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
             trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
-    measured = None if trial_arm is None or not run_s else (arms + trial_arm) / run_s
+    observation: float | None = 0.0
+    if windows and run_s:
+        base = d.jobs.unobserved_runs_s(job.launch_key, st.policy_id, {job_id})
+        observation = max(0.0, run_s - statistics.median(base)) if len(base) >= OBSERVATION_BASE else None
+    elif windows:
+        observation = None
+    # the observed run's whole excess, its live trials' losing arms in it, where it is known
+    lost = arms if observation is None or not windows else observation
+    measured = None if trial_arm is None or not run_s else (lost + trial_arm) / run_s
+    model = st.window_model_s if observation is None else 0.0  # measured where it can be
     doc: dict[str, Any] = {
         "windows": windows,
         "window_s": round(st.window_s, 3),
         "capture_model_s": round(st.window_model_s, 3),
         "losing_arms_s": round(arms, 3),
         "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
+        "observation_s": None if observation is None else round(observation, 3),
+        "arm": arm or "",
         "run_s": run_s,
         "measured_share": None if measured is None else round(measured, 4),
-        "share": None if measured is None or not run_s else round(measured + st.window_model_s / run_s, 4),
+        "share": None if measured is None or not run_s else round(measured + model / run_s, 4),
     }
     return json.dumps(doc, sort_keys=True)

@@ -51,3 +51,41 @@ def test_an_ended_job_keeps_what_gitmd_cost_it(tmp_path: Path) -> None:
     line = cost_line(json.dumps({**cost, "share": 0.012, "measured_share": 0.002}))
     assert line.startswith("1.2% of the run (0.2% measured, the rest modelled)")
     assert cost["measured_share"] is None
+
+
+def test_what_observing_a_run_cost_is_measured_against_the_programs_runs_without_a_window(
+    tmp_path: Path,
+) -> None:
+    """The capture model counts launches inside windows only; from a process's first window CUPTI
+    stays attached, which a short timm training paid on every step (15% a run, H200 2026-12-04)
+    while gitmd's record said ~0%. Once the observation backoff leaves runs of the program without a
+    window, an observed run is measured against them (same policy, same milestones), and that
+    replaces the model; with fewer than three such runs it is not known (null), never guessed."""
+    svc = make_service(tmp_path)
+    window = capture_file.loads((PLANTED.parent / "late-kernels" / "3.npz").read_bytes())
+    lengths = iter([10.0, 10.2, 9.8, 11.5, 10.1])
+    svc.loop.exits.run_s = lambda job_id: next(lengths)  # type: ignore[method-assign]
+
+    def run(observed: bool) -> dict[str, object]:
+        v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+        if observed:
+            svc.loop.observe.after_window(dataclasses.replace(window, job_id=v.job.id))
+            svc.capture.get(v.job.id).windows = 1  # type: ignore[union-attr]  # as capture() counts it
+        return json.loads(svc.report_exit(v.job.id, 0).job.cost)  # type: ignore[no-any-return]
+
+    for _ in range(3):
+        c = run(observed=False)
+        assert c["windows"] == 0 and c["observation_s"] == 0.0 and c["arm"] == "" and c["share"] == 0.0
+    c = run(observed=True)
+    assert c["windows"] and abs(c["observation_s"] - 1.5) < 1e-6  # type: ignore[operator]
+    assert abs(c["measured_share"] - 1.5 / 11.5) < 1e-3 and c["share"] == c["measured_share"]  # type: ignore[operator]
+    assert "measured 1.50 s against its runs without a window" in cost_line(json.dumps(c))
+    # fewer than three runs without a window of another program: not known, the model stands in
+    (tmp_path / "two").mkdir()
+    svc2 = make_service(tmp_path / "two")
+    svc2.loop.exits.run_s = lambda job_id: 10.0  # type: ignore[method-assign]
+    v, _ = svc2.register_job(Registration("k", ("python", "k.py"), "/srv", os.getuid(), os.getgid()))
+    svc2.loop.observe.after_window(dataclasses.replace(window, job_id=v.job.id))
+    svc2.capture.get(v.job.id).windows = 1  # type: ignore[union-attr]
+    c = json.loads(svc2.report_exit(v.job.id, 0).job.cost)
+    assert c["observation_s"] is None and c["share"] is not None and c["share"] > c["measured_share"]
