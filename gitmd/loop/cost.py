@@ -58,7 +58,8 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
     arm = ""
     if st.trial_id is not None:
         trial = next((t for t in d.launch_trials.of_workload(job.workload_id) if t.id == st.trial_id), None)
-        arm = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), "") if trial else ""
+        found = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), "") if trial else ""
+        arm = str(found or "")
         if arm == "B":
             plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
             trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
