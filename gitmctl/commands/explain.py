@@ -116,6 +116,11 @@ def consent(client: Client, a: Any, job: Any) -> list[str]:
                 "compares. Let it, with a regex for a number your program prints (its loss):",
                 f"  gitmctl run --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3 -- {cmd}",
             ]
+            if job is not None and job.workload_id:
+                out.append(
+                    "  or once, for every later run of its workload: gitmctl library contract "
+                    f"{job.workload_id} --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3"
+                )
     return out
 
 

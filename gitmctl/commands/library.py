@@ -1,9 +1,12 @@
-"""`gitmctl library list|show|pin|unpin|revert|export|import`: the workloads gitmd knows, their policies."""
+"""`gitmctl library list|show|pin|unpin|revert|contract|export|import`: the workloads gitmd knows, their
+policies, and the contract a workload's runs are held to."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,12 +36,90 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ):
         a = acts.add_parser(verb, parents=[common], help=text)
         a.add_argument("policy", type=int)
+    ct = acts.add_parser(
+        "contract",
+        parents=[common],
+        help="hold the workload's later runs to these outputs (lets gitmd try TF32, cuDNN autotuning)",
+        description="Given once, kept for the workload's later runs whose launch gives no contract of "
+        "its own: gitmd may then try numerics-changing levers (TF32, cuDNN autotuning) on them and keeps "
+        "one only if these outputs hold. Its owner, or an admin. With no check: shows it; "
+        "--clear: removes it.",
+    )
+    ct.add_argument("workload")
+    ct.add_argument("--metric", default="", help="a number on stdout, one capture group (e.g. its loss)")
+    ct.add_argument(
+        "--rtol", type=float, default=1e-3, help="relative tolerance for --metric/--output-numeric"
+    )
+    ct.add_argument("--output", action="append", default=[], help="an output file that must not change")
+    ct.add_argument("--output-numeric", action="append", default=[], help="a numeric output (npy/text)")
+    ct.add_argument("--clear", action="store_true", help="remove the workload's contract")
     ex = acts.add_parser("export", parents=[common], help="the library as a versioned JSON document")
     ex.add_argument("-o", "--output", type=Path, help="file (default: stdout)")
     im = acts.add_parser(
         "import", parents=[common], help="merge a document (validated first; never replaces a pin)"
     )
     im.add_argument("file", type=Path, help="the document, or - for standard input")
+
+
+def contract_text(c: Any) -> str:
+    """A contract in one line, as `gitmctl run` flags would give it."""
+    parts = []
+    for x in c.checks:
+        if x.kind == "stdout_metric":
+            parts.append(f"--metric {shlex.quote(x.regex)} --rtol {x.rtol:g}")
+        elif x.kind == "output_file":
+            flag = "--output-numeric" if x.compare == "numeric" else "--output"
+            rtol = f" --rtol {x.rtol:g}" if x.compare == "numeric" else ""
+            parts.append(f"{flag} {shlex.quote(x.path)}{rtol}")
+    return " ".join(parts) or ("exit status" if c.checks else "none")
+
+
+def consent_lines(workload_id: str, hints: Any) -> list[str]:
+    """What each numerics-changing lever may recover on the workload, and the command that lets
+    gitmd try it on its later runs (the convergence issue's item 4)."""
+    out = []
+    for h in hints:
+        most = f", at most {1 / (1 - h.ceiling):.2f}x" if 0 < h.ceiling < 1 else ""
+        out += [
+            f"consent: {h.lever} ({h.summary}) may recover up to {100 * h.share:.0f}% of a window "
+            f"({h.cause}{most}, run {h.job_id}). It changes numerics, so gitmd tries it only on runs "
+            "whose outputs it compares. Let it, for this workload's later runs, with a number your "
+            "program prints (its loss):",
+            f"  gitmctl library contract {workload_id} --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3",
+        ]
+    return out
+
+
+def _contract(args: argparse.Namespace, client: Client) -> int:
+    c = pb.EquivalenceContract()
+    cwd = os.getcwd()
+    if args.metric:
+        c.checks.add(kind="stdout_metric", regex=args.metric, rtol=args.rtol)
+    for path in args.output:
+        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="checksum")
+    for path in args.output_numeric:
+        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="numeric", rtol=args.rtol)
+    if c.checks and args.clear:
+        print("gitmctl library contract: --clear takes no check", file=sys.stderr)
+        return 2
+    if not c.checks and not args.clear:  # show it
+        w = client.call(client.stub.GetWorkload, pb.GetWorkloadRequest(workload_id=args.workload))
+        if args.json:
+            render.print_json(w.contract)
+        else:
+            print(f"workload {w.id}: contract {contract_text(w.contract)}")
+        return 0
+    w = client.call(
+        client.stub.SetWorkloadContract, pb.SetWorkloadContractRequest(workload_id=args.workload, contract=c)
+    )
+    if args.json:
+        render.print_json(w)
+    elif args.clear:
+        print(f"workload {w.id}: contract removed; its runs are held to what their launch gives")
+    else:
+        print(f"workload {w.id}: its later runs are held to {contract_text(w.contract)} when their launch "
+              "gives no contract; numerics-changing levers may be tried on them")  # fmt: skip
+    return 0
 
 
 def _trial_run(r: Any) -> str:
@@ -161,8 +242,11 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ("launch keys", ", ".join(w.launch_keys) or "-"),
                 ("one step", " > ".join(w.step_families)[:200]),
                 ("in force", w.active_reason or "-"),
+                ("contract", contract_text(w.contract)),
             ],
         )
+        for line in consent_lines(w.id, w.numerics_hints):
+            print(line)
         print()
         render.table(
             ("POLICY", "STATUS", "SPEEDUP", "INTERVAL", "GPU", "FROM", "SETTINGS"),
@@ -203,6 +287,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ],
             )
         return 0
+    if args.action == "contract":
+        return _contract(args, client)
     if args.action in ("pin", "unpin", "revert"):
         method = {"pin": stub.PinPolicy, "unpin": stub.UnpinPolicy, "revert": stub.RevertPolicy}[args.action]
         p = client.call(method, pb.PolicyRequest(policy_id=args.policy))

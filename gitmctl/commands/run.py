@@ -155,7 +155,14 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         client = None
     # With a stdout metric in the contract, stdout passes through a pipe so its numbers can be
     # reported at exit (gitmd never sees a job's stdout): the launch trials' contract needs them.
-    scan = [re.compile(args.metric)] if args.metric and client is not None else []
+    # The contract is the run's flags, or the one its workload's owner gave once (library contract).
+    metric = args.metric
+    if not metric and job_id:
+        metric = next((c.regex for c in resp.job.contract.checks if c.kind == "stdout_metric"), "")
+    try:
+        scan = [re.compile(metric)] if metric and client is not None else []
+    except re.error:
+        scan = []  # gitmd checked it; never stop the job over it
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
     except OSError as e:
@@ -186,7 +193,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             if len(found) < MAX_METRIC_VALUES:
                 found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if is_number(m)]
     status = child.wait()
-    metrics = [pb.StdoutMetric(regex=args.metric, values=found)] if scan else []
+    metrics = [pb.StdoutMetric(regex=metric, values=found)] if scan else []
     _report(client, job_id, status, args.verbose, metrics)
     return 128 - status if status < 0 else status
 

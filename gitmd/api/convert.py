@@ -190,7 +190,15 @@ def workload_to_pb(w: Workload) -> Any:
         policies=[policy_to_pb(p) for p in w.policies],
         active_policy_id=active.id if active else 0,
         active_reason=w.choice(),
+        contract=contract_to_pb(w.contract),
     )
+
+
+def contract_to_pb(c: equivalence.Contract) -> Any:
+    msg = pb.EquivalenceContract()
+    for x in c.checks:
+        msg.checks.add(kind=x.kind, rtol=x.rtol, atol=x.atol, regex=x.regex, path=x.path, compare=x.compare)
+    return msg
 
 
 def fleet_policy_to_pb(r: dict[str, Any]) -> Any:

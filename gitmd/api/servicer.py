@@ -291,9 +291,30 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def GetWorkload(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        msg = convert.workload_to_pb(self.svc.workload(request.workload_id))
+        w = self.svc.workload(request.workload_id)
+        msg = convert.workload_to_pb(w)
         msg.launch_trials.extend(convert.trial_to_pb(t) for t in self.svc.trials.of_workload(msg.id))
+        msg.numerics_hints.extend(pb.NumericsHint(**h) for h in self.svc.numerics_hints(w))
         return msg
+
+    @_rpc
+    def SetWorkloadContract(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        w = self.svc.workload(request.workload_id)
+        if not (ADMIN in caller.roles or (caller.uid is not None and caller.uid in w.owners)):
+            raise self._deny(
+                caller, "SetWorkloadContract", w.id,
+                f"workload {w.id} is not {caller.name}'s (its owner, or an admin, sets its contract)",
+            )  # fmt: skip
+        contract = convert.contract_from_pb(request.contract)
+        if contract.checks and not any(c.kind == "exit_status" for c in contract.checks):
+            contract = equivalence.Contract((*contract.checks, equivalence.Check("exit_status")))
+        got = self._library_change(
+            caller,
+            "SetWorkloadContract",
+            w.id,
+            lambda: self.svc.set_workload_contract(w.id, contract, caller.name),
+        )
+        return convert.workload_to_pb(got)
 
     def _library_change(self, caller: Caller, rpc: str, target: str, action: Callable[[], Any]) -> Any:
         try:

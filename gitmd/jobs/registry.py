@@ -377,6 +377,17 @@ class JobRegistry:
             seen = [int(r["windows"] or 0) > 0 for r in rows]
         return sum(seen), next((i for i, s in enumerate(seen) if s), len(seen))
 
+    def latest_of_workload(self, workload_id: str, runs: int = 20) -> builtins.list[str]:
+        """The ids of the workload's latest ``runs`` runs, newest first."""
+        if not workload_id:
+            return []
+        with self.store.reading() as db:
+            rows = db.conn.execute(
+                "SELECT id FROM jobs WHERE workload_id = ? ORDER BY created_ns DESC LIMIT ?",
+                (workload_id, runs),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def unobserved_runs_s(
         self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9
     ) -> builtins.list[float]:

@@ -9,7 +9,9 @@ import logging
 from gitmd.analysis import report_codec
 from gitmd.analysis.report import WindowReport, window_report
 from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.registry import Job
+from gitmd.levers.describe import catalog
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 
@@ -90,6 +92,33 @@ class Attribute:
         crash = f"; {job.crash}" if job.crash else ""
         ended = f"the job has ended ({job.state}{code}{crash}): this is its report as kept then"
         return dataclasses.replace(rep, notes=[ended, *rep.notes])
+
+    def numerics_hints(self, workload_id: str, contract: Contract) -> list[dict[str, object]]:
+        """Numerics-changing launch levers (TF32, cuDNN autotuning) that a cause above threshold in
+        the workload's latest kept report selects, while ``contract`` (the workload's) compares no
+        numbers: gitmd may not try them, and `gitmctl library show` says what they may recover and
+        how to let it (convergence issue, item 4)."""
+        if any(c.kind in ("stdout_metric", "output_file") for c in contract.checks):
+            return []
+        numeric = {x.name: x for x in catalog() if x.risk == "numerics-changing" and x.launch}
+        for job_id in self.d.jobs.latest_of_workload(workload_id):
+            got = self.d.reports.get(job_id)
+            if got is None:
+                continue
+            try:
+                rep = report_codec.loads(got[1])
+            except ValueError:
+                continue
+            out: list[dict[str, object]] = []
+            for c in rep.causes:
+                if not c.above_threshold:
+                    continue
+                for name in c.levers:
+                    if name in numeric:
+                        out.append({"lever": name, "summary": numeric[name].summary, "cause": c.name,
+                                    "share": c.share, "ceiling": c.ceiling, "job_id": job_id})  # fmt: skip
+            return out
+        return []
 
     def keep(self, job_id: str) -> None:
         """The job is ending: its reports kept in the store (the latest window's made now if none was,

@@ -18,6 +18,7 @@ from typing import Any
 
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
+from gitmd.experiments.equivalence import Contract
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
     FORBIDDEN_ENV,
@@ -83,6 +84,9 @@ class Library:
             policy_from_row(r)
             for r in db.query("SELECT * FROM policies WHERE workload_id = ? ORDER BY id", [row["id"]])
         )
+        held = db.conn.execute(
+            "SELECT contract FROM workload_contracts WHERE workload_id = ?", [row["id"]]
+        ).fetchone()
         return Workload(
             row["id"],
             row["name"],
@@ -92,7 +96,25 @@ class Library:
             row["run_count"],
             keys,
             pols,
+            Contract.from_json(json.loads(held[0])) if held else Contract(),
         )
+
+    def set_contract(self, workload_id: str, contract: Contract, by: str) -> Workload:
+        """The contract the workload's later runs are held to when their launch gives none (no
+        checks: cleared). The caller has checked who may (its owner, or an admin)."""
+        with self.store.transaction() as db:
+            if db.conn.execute("SELECT 1 FROM workloads WHERE id = ?", [workload_id]).fetchone() is None:
+                raise NotFoundError(f"no workload {workload_id!r} in the library")
+            if contract.checks:
+                db.execute(
+                    "INSERT INTO workload_contracts (workload_id, contract, set_by, set_ns) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (workload_id) DO UPDATE SET "
+                    "contract = excluded.contract, set_by = excluded.set_by, set_ns = excluded.set_ns",
+                    [workload_id, json.dumps(contract.to_json()), by, time.time_ns()],
+                )
+            else:
+                db.execute("DELETE FROM workload_contracts WHERE workload_id = ?", [workload_id])
+        return self.get(workload_id)
 
     def get(self, workload_id: str) -> Workload:
         with self.store.reading() as db:

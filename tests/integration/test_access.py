@@ -501,3 +501,35 @@ def test_a_user_filling_the_store_is_held_to_stored_bytes_per_user(
     finally:
         d.stop()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_only_a_workloads_owner_or_an_admin_sets_its_contract(
+    acc_daemon: Daemon, people: dict[str, Any]
+) -> None:
+    """`gitmctl library contract` (convergence issue, item 4): a contract given once holds the
+    workload's later runs to those outputs, so only whose runs they are (the owner of its launch
+    keys) or an admin may set it; another user is refused and nothing changes."""
+    from gitmd.jobs.launch_key import owned
+
+    d = acc_daemon
+    doc = json.loads(json.dumps(LIBRARY))
+    w = doc["workloads"][0]
+    w["id"], w["name"] = "00c0ffee0b0b", "owned-by-owner"
+    w["launch_keys"] = [owned(people[OWNER].pw_uid, "script:/srv/owned.py")]
+    r = subprocess.run(
+        [*command("gitmctl"), "--socket", str(d.socket), "library", "import", "-"],
+        input=json.dumps(doc), capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = cli_as(d, OTHER, "library", "contract", "00c0ffee0b0b", "--metric", r"loss=(\S+)")
+    assert r.returncode == 5 and "not uid" in r.stderr, r.stderr
+    shown = json.loads(ctl(d.socket, "library", "show", "00c0ffee0b0b", "--json").stdout)
+    assert not shown.get("contract", {}).get("checks")
+    r = cli_as(d, OWNER, "library", "contract", "00c0ffee0b0b", "--metric", r"loss=(\S+)", "--json")
+    assert r.returncode == 0, r.stderr
+    kinds = [c["kind"] for c in json.loads(r.stdout)["contract"]["checks"]]
+    assert kinds == ["stdout_metric", "exit_status"]
+    r = cli_as(d, ADMIN, "library", "contract", "00c0ffee0b0b", "--clear")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(ctl(d.socket, "library", "show", "00c0ffee0b0b", "--json").stdout)
+    assert not shown.get("contract", {}).get("checks")

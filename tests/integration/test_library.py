@@ -140,3 +140,46 @@ def test_a_cpu_affinity_policy_is_set_by_gitmctl_run_before_exec(daemon: Daemon,
     ran = {int(c) for c in r.stdout.split(",")}
     assert f"running on CPUs {','.join(map(str, sorted(ran)))}" in r.stderr
     assert ran < start and len(ran) == max(2, min(len(start), 8))
+
+
+def test_a_contract_given_once_holds_the_workloads_later_runs(daemon: Daemon, short_tmp: Path) -> None:
+    """Convergence issue, item 4: the consent to numerics-changing levers is given once, on the
+    workload (`gitmctl library contract`), and its later runs launched with no contract of their own
+    are held to it: the job carries it, and `gitmctl run` reads the metric off the program's stdout
+    and reports it at exit, as with --metric. A contract that cannot be evaluated is refused."""
+    program = [sys.executable, "-c", "print('step 1 loss=2.5'); print('step 2 loss=1.25')"]
+    key = owned(os.getuid(), launch_key(program, str(short_tmp)))
+    doc = document(key)
+    doc["workloads"][0]["id"] = "00c0ffee0002"
+    doc["workloads"][0]["policies"] = []
+    path = short_tmp / "w.json"
+    path.write_text(json.dumps(doc))
+    ctl(daemon.socket, "library", "import", str(path))
+    r = ctl(daemon.socket, "library", "contract", "00c0ffee0002", "--metric", "(no group", check=False)
+    assert r.returncode == 2 and "contract" in r.stderr
+    wid = "00c0ffee0002"
+    r = ctl(daemon.socket, "library", "contract", wid, "--metric", r"loss=([0-9.]+)", "--rtol", "1e-3")
+    assert "held to --metric" in r.stdout and "loss=" in r.stdout
+    assert "--metric 'loss=([0-9.]+)' --rtol 0.001" in ctl(daemon.socket, "library", "show", wid).stdout
+    r = subprocess.run(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "run", "-v", "--", *program],
+        capture_output=True, text=True, cwd=short_tmp, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "loss=1.25" in r.stdout  # its stdout passes through
+    job_id = r.stderr.split("job ", 1)[1].split()[0]
+    job = ctl_json(daemon.socket, "job", job_id)
+    checks = job["contract"]["checks"]
+    assert [c["kind"] for c in checks] == ["stdout_metric", "exit_status"]
+    assert checks[0]["regex"] == r"loss=([0-9.]+)"
+    # a run with a contract of its own keeps it
+    r = subprocess.run(
+        [*command("gitmctl"), "--socket", str(daemon.socket), "run", "-v", "--output", "o", "--", *program],
+        capture_output=True, text=True, cwd=short_tmp, timeout=60,
+    )  # fmt: skip
+    own = ctl_json(daemon.socket, "job", r.stderr.split("job ", 1)[1].split()[0])["contract"]["checks"]
+    assert [c["kind"] for c in own] == ["output_file", "exit_status"]
+    r = ctl(daemon.socket, "library", "contract", "00c0ffee0002", "--clear")
+    assert "contract removed" in r.stdout
+    r = ctl(daemon.socket, "library", "contract", "00c0ffee0002")
+    assert "contract none" in r.stdout

@@ -359,3 +359,40 @@ def test_the_lever_likeliest_to_pay_is_tried_first(tmp_path: Path) -> None:
         svc.loop.choose.launch(view.job.id)
     (t,) = svc.trials.of_workload(wid)
     assert t.lever == "alloc_keep_cache"
+
+
+def test_a_numerics_changing_lever_its_workload_may_not_try_is_shown_with_how_to_allow_it(
+    tmp_path: Path,
+) -> None:
+    """Convergence issue, item 4: an fp32 transformer's cause was ranked on every run and TF32 (2.7x
+    on it) never tried, and nothing said so. The workload's latest kept report names the
+    numerics-changing levers its causes select (`gitmctl library show` prints each with what it may
+    recover and the command that allows it); none once the workload's contract compares numbers."""
+    from gitmctl.commands.library import consent_lines
+    from gitmd.analysis import report_codec
+    from gitmd.analysis.report import WindowReport
+    from gitmd.experiments.equivalence import Check, Contract
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(reg)
+    fp32 = Cause("fp32_gemm", 1e6, 0.4, 0.9, ("x",), LEVERS["fp32_gemm"], True, ceiling=0.6)
+    below = Cause("allocator", 1e5, 0.02, 0.9, ("x",), LEVERS["allocator"], False)
+    rep = WindowReport(view.job.id, 4, [], [], causes=[fp32, below])
+    svc.report_exit(view.job.id, 0)
+    svc.loop.d.reports.keep(view.job.id, {4: report_codec.dumps(rep)})
+    hints = svc.numerics_hints(svc.workload(wid))
+    assert {h["lever"] for h in hints} <= set(LEVERS["fp32_gemm"])  # not the allocator's: below threshold
+    (tf32,) = [h for h in hints if h["lever"] == "tf32_override"]
+    assert tf32["cause"] == "fp32_gemm" and tf32["share"] == 0.4 and tf32["job_id"] == view.job.id
+    msg = SimpleNamespace(**{**tf32, "summary": str(tf32["summary"])})
+    lines = consent_lines(wid, [msg])
+    assert "may recover up to 40% of a window (fp32_gemm, at most 2.50x" in lines[0]
+    assert lines[1].strip() == f"gitmctl library contract {wid} --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3"
+    # once its owner has given a contract that compares a number, there is nothing to ask
+    svc.set_workload_contract(wid, Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-3),)), "t")
+    assert svc.numerics_hints(svc.workload(wid)) == []
+    # and its next launch with no contract of its own is held to it
+    view2, _ = svc.register_job(reg)
+    assert [c.kind for c in svc.jobs.get(view2.job.id).contract.checks] == ["stdout_metric"]

@@ -203,6 +203,7 @@ def test_the_completion_knows_each_verbs_options_and_actions(completion: Path) -
         "pin",
         "unpin",
         "revert",
+        "contract",
         "export",
         "import",
     ]
