@@ -17,8 +17,9 @@ def _version() -> str:
     return __version__
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
-    from gitmctl.commands import VERBS
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    """gitmctl's parser with every verb, or with ``only`` that one (`gitmctl run`'s fast path)."""
+    from gitmctl.commands import modules
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -46,7 +47,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     p.add_argument("--version", action="version", version=f"gitmctl {_version()}")
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     handlers: dict[str, object] = {}
-    for verb in VERBS:
+    for verb in modules(only):
         verb.register(sub, common)
         handlers[verb.NAME] = verb
         for other in getattr(verb, "ALSO", ()):  # a module with a second verb (pause / resume)
@@ -54,8 +55,21 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return p, handlers
 
 
+def _verb(argv: list[str]) -> str:
+    """The verb named on the command line ("" if none): the first word that is neither an option
+    nor the value of --socket or --timeout."""
+    words = iter(argv)
+    for w in words:
+        if w in ("--socket", "--timeout"):
+            next(words, None)
+        elif not w.startswith("-"):
+            return w
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser, handlers = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser, handlers = build_parser("run" if _verb(argv) == "run" else None)
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
     from gitmctl.client import Client, ClientError, default_socket

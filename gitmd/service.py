@@ -258,12 +258,15 @@ class Service:
     def pin_policy(self, policy_id: int, who: str) -> Policy:
         return self.library.pin(policy_id, who)
 
-    def set_workload_contract(self, workload_id: str, contract: Any, by: str) -> Workload:
-        """`gitmctl library contract`: the caller (its owner or an admin) was checked by the API."""
-        return self.library.set_contract(workload_id, contract, by)
+    def set_workload_contract(self, workload_id: str, uid: int, contract: Any) -> None:
+        """`gitmctl library contract`: ``uid``'s consent for their own runs of the workload."""
+        self.library.set_contract(workload_id, uid, contract)
 
-    def numerics_hints(self, workload: Workload) -> list[dict[str, Any]]:
-        return self.loop.attribute.numerics_hints(workload.id, workload.contract)
+    def workload_contract(self, workload_id: str, uid: int) -> Any:
+        return self.library.contract(workload_id, uid)[0]
+
+    def numerics_hints(self, workload: Workload, contract: Any) -> list[dict[str, Any]]:
+        return self.loop.attribute.numerics_hints(workload.id, contract)
 
     def unpin_policy(self, policy_id: int) -> Policy:
         return self.library.unpin(policy_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -39,20 +38,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ct = acts.add_parser(
         "contract",
         parents=[common],
-        help="hold the workload's later runs to these outputs (lets gitmd try TF32, cuDNN autotuning)",
-        description="Given once, kept for the workload's later runs whose launch gives no contract of "
-        "its own: gitmd may then try numerics-changing levers (TF32, cuDNN autotuning) on them and keeps "
-        "one only if these outputs hold. Its owner, or an admin. With no check: shows it; "
-        "--clear: removes it.",
+        help="hold your later runs of the workload to a number they print (lets gitmd try TF32...)",
+        description="Given once, kept for your later runs of the workload whose launch gives no "
+        "contract of its own: gitmd may then try numerics-changing levers (TF32, cuDNN autotuning) on "
+        "them, and keeps one only if the number holds. It covers your own runs only. With no --metric: "
+        "shows it; --clear: removes it.",
     )
     ct.add_argument("workload")
     ct.add_argument("--metric", default="", help="a number on stdout, one capture group (e.g. its loss)")
-    ct.add_argument(
-        "--rtol", type=float, default=1e-3, help="relative tolerance for --metric/--output-numeric"
-    )
-    ct.add_argument("--output", action="append", default=[], help="an output file that must not change")
-    ct.add_argument("--output-numeric", action="append", default=[], help="a numeric output (npy/text)")
-    ct.add_argument("--clear", action="store_true", help="remove the workload's contract")
+    ct.add_argument("--rtol", type=float, default=None, help="relative tolerance for --metric (1e-3)")
+    ct.add_argument("--clear", action="store_true", help="remove your contract for the workload")
     ex = acts.add_parser("export", parents=[common], help="the library as a versioned JSON document")
     ex.add_argument("-o", "--output", type=Path, help="file (default: stdout)")
     im = acts.add_parser(
@@ -91,33 +86,32 @@ def consent_lines(workload_id: str, hints: Any) -> list[str]:
 
 
 def _contract(args: argparse.Namespace, client: Client) -> int:
-    c = pb.EquivalenceContract()
-    cwd = os.getcwd()
-    if args.metric:
-        c.checks.add(kind="stdout_metric", regex=args.metric, rtol=args.rtol)
-    for path in args.output:
-        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="checksum")
-    for path in args.output_numeric:
-        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="numeric", rtol=args.rtol)
-    if c.checks and args.clear:
-        print("gitmctl library contract: --clear takes no check", file=sys.stderr)
+    if args.rtol is not None and not args.metric:
+        print("gitmctl library contract: --rtol goes with --metric", file=sys.stderr)
         return 2
+    if args.metric and args.clear:
+        print("gitmctl library contract: --clear takes no --metric", file=sys.stderr)
+        return 2
+    c = pb.EquivalenceContract()
+    if args.metric:
+        c.checks.add(kind="stdout_metric", regex=args.metric, rtol=1e-3 if args.rtol is None else args.rtol)
+    wid = args.workload
     if not c.checks and not args.clear:  # show it
-        w = client.call(client.stub.GetWorkload, pb.GetWorkloadRequest(workload_id=args.workload))
+        got = client.call(client.stub.GetWorkloadContract, pb.GetWorkloadRequest(workload_id=wid))
         if args.json:
-            render.print_json(w.contract)
+            render.print_json(got)
         else:
-            print(f"workload {w.id}: contract {contract_text(w.contract)}")
+            print(f"workload {wid}: your runs' contract: {contract_text(got)}")
         return 0
-    w = client.call(
-        client.stub.SetWorkloadContract, pb.SetWorkloadContractRequest(workload_id=args.workload, contract=c)
+    got = client.call(
+        client.stub.SetWorkloadContract, pb.SetWorkloadContractRequest(workload_id=wid, contract=c)
     )
     if args.json:
-        render.print_json(w)
+        render.print_json(got)
     elif args.clear:
-        print(f"workload {w.id}: contract removed; its runs are held to what their launch gives")
+        print(f"workload {wid}: your contract removed; your runs are held to what their launch gives")
     else:
-        print(f"workload {w.id}: its later runs are held to {contract_text(w.contract)} when their launch "
+        print(f"workload {wid}: your later runs are held to {contract_text(got)} when their launch "
               "gives no contract; numerics-changing levers may be tried on them")  # fmt: skip
     return 0
 
@@ -242,7 +236,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ("launch keys", ", ".join(w.launch_keys) or "-"),
                 ("one step", " > ".join(w.step_families)[:200]),
                 ("in force", w.active_reason or "-"),
-                ("contract", contract_text(w.contract)),
+                ("your contract", contract_text(w.contract)),
             ],
         )
         for line in consent_lines(w.id, w.numerics_hints):

@@ -190,7 +190,6 @@ def workload_to_pb(w: Workload) -> Any:
         policies=[policy_to_pb(p) for p in w.policies],
         active_policy_id=active.id if active else 0,
         active_reason=w.choice(),
-        contract=contract_to_pb(w.contract),
     )
 
 

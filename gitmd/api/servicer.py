@@ -294,27 +294,42 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         w = self.svc.workload(request.workload_id)
         msg = convert.workload_to_pb(w)
         msg.launch_trials.extend(convert.trial_to_pb(t) for t in self.svc.trials.of_workload(msg.id))
-        msg.numerics_hints.extend(pb.NumericsHint(**h) for h in self.svc.numerics_hints(w))
+        contract = equivalence.Contract()
+        if caller.uid is not None:
+            contract = self.svc.workload_contract(w.id, caller.uid)
+        msg.contract.CopyFrom(convert.contract_to_pb(contract))
+        msg.numerics_hints.extend(pb.NumericsHint(**h) for h in self.svc.numerics_hints(w, contract))
         return msg
+
+    def _contract_uid(self, caller: Caller, rpc: str, target: str) -> int:
+        if caller.uid is None:
+            raise self._deny(caller, rpc, target, "a contract is a local user's consent for their own runs")
+        return caller.uid
 
     @_rpc
     def SetWorkloadContract(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        w = self.svc.workload(request.workload_id)
-        if not (ADMIN in caller.roles or (caller.uid is not None and caller.uid in w.owners)):
-            raise self._deny(
-                caller, "SetWorkloadContract", w.id,
-                f"workload {w.id} is not {caller.name}'s (its owner, or an admin, sets its contract)",
-            )  # fmt: skip
+        uid = self._contract_uid(caller, "SetWorkloadContract", request.workload_id)
         contract = convert.contract_from_pb(request.contract)
-        if contract.checks and not any(c.kind == "exit_status" for c in contract.checks):
+        if any(c.kind != "stdout_metric" for c in contract.checks):
+            raise InvalidArgumentError(
+                "a workload's contract compares a number its runs print (stdout_metric): the files a run "
+                "writes are not reported by every launcher (give them per run: gitmctl run --output)"
+            )
+        if contract.checks:
             contract = equivalence.Contract((*contract.checks, equivalence.Check("exit_status")))
-        got = self._library_change(
+        self._library_change(
             caller,
             "SetWorkloadContract",
-            w.id,
-            lambda: self.svc.set_workload_contract(w.id, contract, caller.name),
+            request.workload_id,
+            lambda: self.svc.set_workload_contract(request.workload_id, uid, contract),
         )
-        return convert.workload_to_pb(got)
+        return convert.contract_to_pb(contract)
+
+    @_rpc
+    def GetWorkloadContract(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
+        uid = self._contract_uid(caller, "GetWorkloadContract", request.workload_id)
+        self.svc.workload(request.workload_id)  # NOT_FOUND for no such workload
+        return convert.contract_to_pb(self.svc.workload_contract(request.workload_id, uid))
 
     def _library_change(self, caller: Caller, rpc: str, target: str, action: Callable[[], Any]) -> Any:
         try:

@@ -58,7 +58,8 @@ RPC_NEEDS: dict[str, Need] = {
     "SetPause": Need.ADMIN,
     "UnpinPolicy": Need.ADMIN,
     "RevertPolicy": Need.ADMIN,
-    "SetWorkloadContract": Need.ANY,  # the workload's owner, or admin
+    "SetWorkloadContract": Need.ANY,  # the caller's consent, for their own runs
+    "GetWorkloadContract": Need.ANY,
     "ImportLibrary": Need.ADMIN,
     "ListInterventions": Need.ANY,  # the caller's jobs; every job needs READ
     "RevertIntervention": Need.ANY,  # its job's owner, or admin

@@ -110,6 +110,7 @@ class JobCapture:
     bad: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     windows: int = 0
+    opened: int = 0  # windows opened, counted as they open (a window the job's end cut short counts)
     last: WindowResult | None = None
     next_due_mono: float = 0.0  # the duty cycle's next window for this job
     period_s: float = 0.0
@@ -175,6 +176,8 @@ class CaptureManager:
 
     def discover(self, jc: JobCapture) -> None:
         """Map ring files that appeared since last time; bad files are logged once and skipped."""
+        if jc.ended.is_set():
+            return  # the job ended: nothing new is opened (nothing would close it)
         try:
             entries = list(os.scandir(jc.directory))
             owner = os.lstat(jc.directory).st_uid  # the job's user (gitmd made it so, mode 0700)
@@ -310,6 +313,8 @@ class CaptureManager:
         if jc is None:
             raise KeyError(job_id)
         with jc.lock:
+            if jc.ended.is_set():
+                raise KeyError(job_id)  # ended while this waited for the lock: its rings are closed
             with self._lock:
                 window_id = self._next_window
                 self._next_window += 1
@@ -330,6 +335,8 @@ class CaptureManager:
                 ],
             )
             self._wait_acks(live, seqs, ack_timeout_s, notes, "open")
+            if live:
+                jc.opened += 1
             sampler = self.context() if self.context is not None else None
             if sampler is not None:
                 sampler.start([pc.ring.pid for pc in live.values()])

@@ -47,13 +47,14 @@ def ring_owner_problem(pid: int, ticks: int, dev: int, ino: int, uid: int) -> st
         return f"names pid {pid}, whose memory map cannot be read ({e.strerror})"
     if start_ticks(pid) != ticks:
         return ""  # the pid was reused while we read: that one ended
-    if not maps.strip() and ppid not in (0, 2):
-        # a user process has always mapped something until it exits: this one has let go of its
-        # memory (exiting, or a zombie); kernel threads (parent 0 or kthreadd) map nothing and run on
-        return ""
     real, effective = (int(x) for x in uid_line.split()[1:3])
     if uid not in (real, effective):
         return f"names pid {pid}, which runs as uid {real}, not the job's uid {uid}"
+    if not maps.strip() and ppid not in (0, 2):
+        # a user process has always mapped something until it exits: this one (the job's user's)
+        # has let go of its memory (exiting, or a zombie); kernel threads (parent 0 or kthreadd)
+        # map nothing and run on
+        return ""
     want = f"{os.major(dev):02x}:{os.minor(dev):02x} {ino} "
     if not any(want in line for line in maps.splitlines()):
         return f"names pid {pid}, which does not map this ring file"

@@ -362,20 +362,23 @@ class JobRegistry:
             )
             return [(r["ended_ns"] - r["created_ns"]) / 1e9 for r in rows]
 
-    def observation_record(self, launch_key: str, before_ns: int, runs: int = 256) -> tuple[int, int]:
-        """Of the latest ``runs`` ended runs of ``launch_key`` registered before ``before_ns``: how
-        many had a capture window, and how many runs came after the newest of those (all of them
-        when none had one)."""
+    def observation_record(self, launch_key: str, before_ns: int) -> tuple[int, int, int]:
+        """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history):
+        how many had a capture window, how many runs came after the newest of those (all of them
+        when none had one), and when that newest one was registered (0: none)."""
         if not launch_key:
-            return 0, 0
+            return 0, 0, 0
+        ended = "launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost')"
         with self.store.reading() as db:
-            rows = db.query(
-                "SELECT windows FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state IN ('exited', 'lost') ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, before_ns, runs],
-            )
-            seen = [int(r["windows"] or 0) > 0 for r in rows]
-        return sum(seen), next((i for i, s in enumerate(seen) if s), len(seen))
+            observed, last = db.conn.execute(
+                f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0",
+                [launch_key, before_ns],
+            ).fetchone()
+            (since,) = db.conn.execute(
+                f"SELECT COUNT(*) FROM jobs WHERE {ended} AND created_ns > ?",
+                [launch_key, before_ns, last or 0],
+            ).fetchone()
+        return int(observed), int(since), int(last or 0)
 
     def latest_of_workload(self, workload_id: str, runs: int = 20) -> builtins.list[str]:
         """The ids of the workload's latest ``runs`` runs, newest first."""

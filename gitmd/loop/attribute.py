@@ -98,8 +98,8 @@ class Attribute:
         the workload's latest kept report selects, while ``contract`` (the workload's) compares no
         numbers: gitmd may not try them, and `gitmctl library show` says what they may recover and
         how to let it (convergence issue, item 4)."""
-        if any(c.kind in ("stdout_metric", "output_file") for c in contract.checks):
-            return []
+        if any(c.kind == "stdout_metric" for c in contract.checks):
+            return []  # a number compared: gitmd may try them (choose.launch asks the same)
         numeric = {x.name: x for x in catalog() if x.risk == "numerics-changing" and x.launch}
         for job_id in self.d.jobs.latest_of_workload(workload_id):
             got = self.d.reports.get(job_id)

@@ -150,7 +150,7 @@ class Exits:
         if d.capture is not None:
             jc = d.capture.get(job_id)
             if jc is not None and st is not None:
-                st.windows_done = jc.windows
+                st.windows_done = max(jc.windows, jc.opened)  # one its end cut short counts too
             d.capture.untrack(job_id)
         if st is not None:
             st.forget_observation()

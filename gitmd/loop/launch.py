@@ -47,10 +47,12 @@ class Launch:
             suspect = d.crashes.find(w0.id if w0 else "", key)
             if suspect is not None:
                 want_capture = False  # run plainly until one run ends clean (gitmd/store/crashes.py)
-            if w0 is not None and w0.contract.checks and not reg.contract.checks:
-                # its owner's contract, given once (`gitmctl library contract`): numerics-changing
-                # levers may be tried on this run, its outputs compared
-                reg = dataclasses.replace(reg, contract=w0.contract)
+            if w0 is not None and not reg.contract.checks:
+                # this user's contract for the workload, given once (`gitmctl library contract`):
+                # numerics-changing levers may be tried on this run, its stdout metric compared
+                given, _ = d.library.contract(w0.id, reg.uid)
+                if given.checks:
+                    reg = dataclasses.replace(reg, contract=given)
 
         def resolve(key: str) -> str:
             w = looked[key] if key in looked else d.library.by_launch_key(key)

@@ -79,11 +79,21 @@ class Observe:
         if st.live is not None and (st.live.confirm or any(x.get("lever") not in WINDOW_FREE_LEVERS
                                                             for x in st.live.items)):  # fmt: skip
             return ""
-        if "resumable" in self.d.experiments.workload_levers(job.workload_id).values():
-            return ""
-        observed, since = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        ex = self.d.config.experiments
+        if (
+            ex.enabled
+            and job.allow_exploration
+            and any(
+                state == "resumable" and lever in ex.live_levers
+                for lever, state in self.d.experiments.workload_levers(job.workload_id).items()
+            )
+        ):
+            return ""  # a live trial an earlier run ended before deciding: this run continues it
+        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
         if observed < c.observe_runs:
             return ""
+        if job.workload_id and self.d.library.contract(job.workload_id, job.uid)[1] > last_ns:
+            return ""  # consent given since it was last observed: numerics levers may now be tried
         gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
         if since >= gap:
             return ""

@@ -84,9 +84,6 @@ class Library:
             policy_from_row(r)
             for r in db.query("SELECT * FROM policies WHERE workload_id = ? ORDER BY id", [row["id"]])
         )
-        held = db.conn.execute(
-            "SELECT contract FROM workload_contracts WHERE workload_id = ?", [row["id"]]
-        ).fetchone()
         return Workload(
             row["id"],
             row["name"],
@@ -96,25 +93,34 @@ class Library:
             row["run_count"],
             keys,
             pols,
-            Contract.from_json(json.loads(held[0])) if held else Contract(),
         )
 
-    def set_contract(self, workload_id: str, contract: Contract, by: str) -> Workload:
-        """The contract the workload's later runs are held to when their launch gives none (no
-        checks: cleared). The caller has checked who may (its owner, or an admin)."""
+    def set_contract(self, workload_id: str, uid: int, contract: Contract) -> None:
+        """The contract ``uid``'s later runs of the workload are held to when their launch gives
+        none (no checks: cleared). A user's consent covers their own runs only."""
         with self.store.transaction() as db:
             if db.conn.execute("SELECT 1 FROM workloads WHERE id = ?", [workload_id]).fetchone() is None:
                 raise NotFoundError(f"no workload {workload_id!r} in the library")
             if contract.checks:
                 db.execute(
-                    "INSERT INTO workload_contracts (workload_id, contract, set_by, set_ns) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (workload_id) DO UPDATE SET "
-                    "contract = excluded.contract, set_by = excluded.set_by, set_ns = excluded.set_ns",
-                    [workload_id, json.dumps(contract.to_json()), by, time.time_ns()],
+                    "INSERT INTO workload_contracts (workload_id, uid, contract, set_ns) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (workload_id, uid) DO UPDATE SET contract = excluded.contract, "
+                    "set_ns = excluded.set_ns",
+                    [workload_id, uid, json.dumps(contract.to_json()), time.time_ns()],
                 )
             else:
-                db.execute("DELETE FROM workload_contracts WHERE workload_id = ?", [workload_id])
-        return self.get(workload_id)
+                db.execute(
+                    "DELETE FROM workload_contracts WHERE workload_id = ? AND uid = ?", [workload_id, uid]
+                )
+
+    def contract(self, workload_id: str, uid: int) -> tuple[Contract, int]:
+        """``uid``'s contract for the workload's runs and when it was set (an empty one and 0: none)."""
+        with self.store.reading() as db:
+            row = db.conn.execute(
+                "SELECT contract, set_ns FROM workload_contracts WHERE workload_id = ? AND uid = ?",
+                [workload_id, uid],
+            ).fetchone()
+        return (Contract.from_json(json.loads(row[0])), int(row[1])) if row else (Contract(), 0)
 
     def get(self, workload_id: str) -> Workload:
         with self.store.reading() as db:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitmd.analysis.fingerprint import Signature
-from gitmd.experiments.equivalence import Contract
 
 STATUSES = ("candidate", "validated", "pinned", "reverted")
 
@@ -73,18 +72,6 @@ class Workload:
     run_count: int
     launch_keys: tuple[str, ...] = ()
     policies: tuple[Policy, ...] = ()
-    # the contract its owner gave once for its later runs (Library.set_contract); no checks: none
-    contract: Contract = field(default_factory=Contract)
-
-    @property
-    def owners(self) -> frozenset[int]:
-        """The users whose launch keys name it (launch keys are bound to their user)."""
-        out = set()
-        for key in self.launch_keys:
-            head = key.split(" ", 1)[0]
-            if head.startswith("uid:") and head[4:].isdigit():
-                out.add(int(head[4:]))
-        return frozenset(out)
 
     @property
     def active_policy(self) -> Policy | None:

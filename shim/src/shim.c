@@ -41,6 +41,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,16 +122,33 @@ static uint64_t mono_ns(void)
 }
 
 /* GITM_SHIM_DEBUG=1: one line on stderr per step of the shim's own (what it costs a short run:
- * bench/run_cost.py); milliseconds since InitializeInjection. Off by default. */
+ * bench/run_cost.py); milliseconds since InitializeInjection. Off by default. Formatted into a buffer
+ * and written with one write(2), errors ignored: no stdio lock (at_exit may run while the control
+ * thread writes), nothing if the job closed stderr, no SIGPIPE raised through stdio buffering. */
 #define DEBUG_MS(t0) ((double)(mono_ns() - (t0)) / 1e6)
 #define DEBUG(...)                                                                                          \
     do {                                                                                                    \
-        if (g.debug) {                                                                                      \
-            fprintf(stderr, "gitm shim %d +%.1f ms: ", (int)getpid(), DEBUG_MS(g.start_mono_ns));           \
-            fprintf(stderr, __VA_ARGS__);                                                                   \
-            fputc('\n', stderr);                                                                            \
-        }                                                                                                   \
+        if (g.debug)                                                                                        \
+            debug_line(__VA_ARGS__);                                                                        \
     } while (0)
+
+__attribute__((format(printf, 1, 2))) static void debug_line(const char *fmt, ...)
+{
+    char line[256];
+    int n = snprintf(line, sizeof line, "gitm shim %d +%.1f ms: ", (int)getpid(), DEBUG_MS(g.start_mono_ns));
+    if (n < 0 || (size_t)n >= sizeof line - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    size_t len = strnlen(line, sizeof line - 1);
+    line[len++] = '\n';
+    ssize_t w = write(2, line, len);
+    (void)w;
+}
 
 static uint64_t real_ns(void)
 {

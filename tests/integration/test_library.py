@@ -161,6 +161,8 @@ def test_a_contract_given_once_holds_the_workloads_later_runs(daemon: Daemon, sh
     r = ctl(daemon.socket, "library", "contract", wid, "--metric", r"loss=([0-9.]+)", "--rtol", "1e-3")
     assert "held to --metric" in r.stdout and "loss=" in r.stdout
     assert "--metric 'loss=([0-9.]+)' --rtol 0.001" in ctl(daemon.socket, "library", "show", wid).stdout
+    r = ctl(daemon.socket, "library", "contract", wid, "--rtol", "1e-2", check=False)
+    assert r.returncode == 2 and "--rtol goes with --metric" in r.stderr
     r = subprocess.run(
         [*command("gitmctl"), "--socket", str(daemon.socket), "run", "-v", "--", *program],
         capture_output=True, text=True, cwd=short_tmp, timeout=60,
@@ -182,4 +184,4 @@ def test_a_contract_given_once_holds_the_workloads_later_runs(daemon: Daemon, sh
     r = ctl(daemon.socket, "library", "contract", "00c0ffee0002", "--clear")
     assert "contract removed" in r.stdout
     r = ctl(daemon.socket, "library", "contract", "00c0ffee0002")
-    assert "contract none" in r.stdout
+    assert "your runs' contract: none" in r.stdout

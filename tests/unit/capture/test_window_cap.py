@@ -131,6 +131,12 @@ def test_the_jobs_end_never_waits_for_its_open_window(
     assert not t.is_alive() and time.monotonic() - t0 < 2.0
     (w,) = got
     assert any("the job ended" in n for n in w.notes)  # type: ignore[attr-defined]
+    assert jc.opened == 1  # counted as it opened: the run's record says it was observed
+    try:  # a window asked for by a caller that held the job from before its end: none
+        mgr.capture("j", 1.0, ack_timeout_s=0.05)
+        raise AssertionError("a window on an ended job")
+    except KeyError:
+        pass
     deadline = time.monotonic() + 2
     while any(pc.ring._fd >= 0 for pc in jc.procs.values()) and time.monotonic() < deadline:
         time.sleep(0.01)

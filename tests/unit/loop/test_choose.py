@@ -382,7 +382,7 @@ def test_a_numerics_changing_lever_its_workload_may_not_try_is_shown_with_how_to
     rep = WindowReport(view.job.id, 4, [], [], causes=[fp32, below])
     svc.report_exit(view.job.id, 0)
     svc.loop.d.reports.keep(view.job.id, {4: report_codec.dumps(rep)})
-    hints = svc.numerics_hints(svc.workload(wid))
+    hints = svc.numerics_hints(svc.workload(wid), svc.workload_contract(wid, os.getuid()))
     assert {h["lever"] for h in hints} <= set(LEVERS["fp32_gemm"])  # not the allocator's: below threshold
     (tf32,) = [h for h in hints if h["lever"] == "tf32_override"]
     assert tf32["cause"] == "fp32_gemm" and tf32["share"] == 0.4 and tf32["job_id"] == view.job.id
@@ -390,9 +390,14 @@ def test_a_numerics_changing_lever_its_workload_may_not_try_is_shown_with_how_to
     lines = consent_lines(wid, [msg])
     assert "may recover up to 40% of a window (fp32_gemm, at most 2.50x" in lines[0]
     assert lines[1].strip() == f"gitmctl library contract {wid} --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3"
-    # once its owner has given a contract that compares a number, there is nothing to ask
-    svc.set_workload_contract(wid, Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-3),)), "t")
-    assert svc.numerics_hints(svc.workload(wid)) == []
-    # and its next launch with no contract of its own is held to it
+    # once the user has given a contract that compares a number, there is nothing to ask them
+    metric = Contract((Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-3),))
+    svc.set_workload_contract(wid, os.getuid(), metric)
+    assert svc.numerics_hints(svc.workload(wid), svc.workload_contract(wid, os.getuid())) == []
+    assert svc.numerics_hints(svc.workload(wid), svc.workload_contract(wid, os.getuid() + 1))  # not theirs
+    # and their next launch with no contract of its own is held to it; another user's is not
     view2, _ = svc.register_job(reg)
     assert [c.kind for c in svc.jobs.get(view2.job.id).contract.checks] == ["stdout_metric"]
+    svc.set_workload_contract(wid, os.getuid(), Contract())  # cleared
+    view3, _ = svc.register_job(reg)
+    assert svc.jobs.get(view3.job.id).contract.checks == ()

@@ -19,7 +19,7 @@ from gitmd.config import ExperimentsConfig
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Registration
 from gitmd.loop.state import LivePending
-from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, set_config
+from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, recurring, set_config
 
 
 def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
@@ -190,11 +190,40 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     assert rests(job, LaunchPlan({}, ())) == ""
     svc.experiments.workload_levers = lambda wid: {"cpu_affinity": "reverted"}  # type: ignore[method-assign]
     assert rests(job, LaunchPlan({}, ()))
+    # consent given since its last observed run: the next run is observed (a lever may now be tried)
+    from gitmd.experiments.equivalence import Check, Contract
+
+    svc.experiments.workload_levers = lambda wid: {}  # type: ignore[method-assign]
+    svc.report_exit(v.job.id, 0)
+    wid = recurring(svc, "t.py")  # a workload in the library to give consent on
+    job = dataclasses.replace(svc.jobs.get(v.job.id), workload_id=wid)
+    assert rests(job, LaunchPlan({}, ()))
+    svc.set_workload_contract(wid, os.getuid(), Contract((Check("stdout_metric", regex=r"l=(\S+)"),)))
+    assert rests(job, LaunchPlan({}, ())) == ""
     # off: every run observed
     every = dataclasses.replace(svc.config.capture, reobserve_every=0)
     set_config(svc, dataclasses.replace(svc.config, capture=every))
     assert rests(job, LaunchPlan({}, ())) == ""
-    svc.report_exit(v.job.id, 0)
+
+
+def test_the_backoff_counts_a_programs_whole_history(tmp_path: Path) -> None:
+    """A review found the observed runs counted over the latest 256 runs only, so with
+    reobserve_every above ~32 the doubling started over as old observations dropped out. The count
+    is over the whole history: with reobserve_every 64, runs 1, 2, 4, ..., 128 are observed, then
+    one in 64."""
+    svc = make_service(tmp_path)
+    every = dataclasses.replace(svc.config.capture, reobserve_every=64)
+    set_config(svc, dataclasses.replace(svc.config, capture=every))
+    seen = []
+    for _ in range(330):
+        v, _ = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
+        resting = bool(svc.states.of(v.job.id).resting)
+        seen.append(not resting)
+        svc.report_exit(v.job.id, 0)
+        if not resting:
+            with svc.jobs.store.transaction() as db:
+                db.execute("UPDATE jobs SET windows = 1 WHERE id = ?", [v.job.id])
+    assert [i + 1 for i, o in enumerate(seen) if o] == [1, 2, 4, 8, 16, 32, 64, 128, 192, 256, 320]
 
 
 @pytest.mark.parametrize(
