@@ -350,7 +350,10 @@ class FleetSync:
     def _confirmed(self, node: str, origin: str, payload: dict[str, Any]) -> None:
         """Another node's trial of a policy it had from the fleet: kept with this node's copy (or
         with the policy itself, where this node learned it); suspect there (a slower job or changed
-        outputs) keeps a copy this node has not confirmed itself from being applied here."""
+        outputs) keeps a copy this node has not confirmed itself from being applied here. The mark is
+        lifted when the node that raised it later finds the policy held, or when at least two nodes
+        found it held and more held it than found it suspect: one node's slower runs (its own
+        co-tenants, its noise) do not keep a policy the rest of the fleet measured away for good."""
         held, suspect = bool(payload.get("held")), bool(payload.get("suspect"))
         outcome = {
             "held": held,
@@ -365,6 +368,16 @@ class FleetSync:
                 nodes[node[:MAX_NAME]] = outcome
             if suspect and e.get("source") == "fleet" and "confirmed" not in e:
                 e["suspect"] = {"node": node[:MAX_NAME], "reason": outcome["reason"]}
+            raised = e.get("suspect")
+            if held and isinstance(raised, dict) and isinstance(nodes, dict):
+                seen = [o for o in nodes.values() if isinstance(o, dict)]
+                held_on = sum(1 for o in seen if o.get("held"))
+                suspect_on = sum(1 for o in seen if o.get("suspect"))
+                if raised.get("node") == node[:MAX_NAME] or (held_on >= 2 and held_on > suspect_on):
+                    e["suspect_cleared"] = {
+                        "by": node[:MAX_NAME], "held_on": held_on, "suspect_on": suspect_on, "was": raised
+                    }  # fmt: skip
+                    del e["suspect"]
 
         for pid in self._local(origin):
             self.library.note(pid, update)

@@ -263,6 +263,19 @@ def test_how_a_policy_held_on_each_node_reaches_the_others(fresh: Postgres, tmp_
     wb = b.library.get(b.library.by_launch_key(KEY).id)
     assert wb.active_policy is not None and wb.active_policy.id == copy["b"].id  # confirmed on B
     assert wb.policies[0].evidence["nodes"]["c"]["suspect"]
+    # E confirms it too: held on two nodes against one suspicion, the mark is lifted and D applies
+    # the policy again (the fleet's notes of it kept: who lifted it, on how many nodes it held)
+    e = node(tmp_path, "e", fresh.url)
+    assert e.run_once()[1] >= 1  # the policy and how it held so far
+    copy_e = next(iter(e.library.get(e.library.by_launch_key(KEY).id).policies))
+    e.library.confirm(copy_e.id, {"held": True, "suspect": False, "speedup": 1.2, "reason": "1.2x faster"})
+    e.run_once()
+    d.run_once()
+    wd = d.library.get(d.library.by_launch_key(KEY).id)
+    ev = wd.policies[0].evidence
+    assert "suspect" not in ev and ev["suspect_cleared"]["held_on"] == 2
+    assert ev["suspect_cleared"]["by"] == "e"
+    assert wd.active_policy is not None and wd.active_policy.id == wd.policies[0].id
 
 
 def test_two_daemons_what_one_learns_and_its_admin_pins_the_other_launches_with(
