@@ -1,0 +1,101 @@
+"""On the H200: consent to a numerics-changing lever given once on the workload, and the observation
+backoff (convergence issue, items 4 and 3).
+
+- consent: an fp32 training launched with `gitmctl run` and no flags. Its first run ranks fp32 GEMMs,
+  and TF32 is not tried (nothing compares its numbers); `gitmctl explain` on the ended run and
+  `gitmctl library show` name TF32 with the command that allows it. After `gitmctl library contract
+  WORKLOAD --metric ...`, the same command with no flags is held to the loss: the next run is
+  observed (consent since its last observation), TF32's launch trial runs, and a later launch gets
+  it as the workload's policy.
+- backoff: a short launch-bound program launched 8 times with `gitmctl run --no-explore`: runs 1, 2,
+  4 and 8 get capture windows, runs 3, 5, 6 and 7 none; run 8's cost record measures what being
+  observed cost it against the runs that were not (observation_s)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.gpu.test_experiments import W, keep_log, out
+from tests.integration.conftest import Daemon, command, free_port
+
+CONFIG = """
+[telemetry]
+backend = "nvml"
+[metrics]
+port = {port}
+[capture]
+keep_windows = 8
+window_every_s = 1
+window_duration_s = 0.5
+settle_s = 0  # the windows of a run at once (its fp32 cause in two windows in a row)
+"""
+FP32 = [sys.executable, str(W / "mlp_train.py"), "--batch", "4096", "--hidden", "4096", "--steps", "1500"]
+
+
+def ctl(d: Daemon, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command("gitmctl"), "--socket", str(d.socket), *args], capture_output=True, text=True, check=check,
+        timeout=180,
+    )  # fmt: skip
+
+
+def job_of(stderr: str) -> str:
+    return stderr.split("job ", 1)[1].split()[0]
+
+
+@pytest.mark.timeout(560)
+def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: Any) -> None:
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    runs: list[dict[str, Any]] = []
+    try:
+        first = ctl(d, "run", "-v", "--", *FP32)
+        assert first.returncode == 0, first.stderr[-2000:]
+        job = json.loads(ctl(d, "job", job_of(first.stderr), "--json").stdout)
+        wid = job["workload_id"]
+        assert wid, job
+        explained = ctl(d, "explain", job["id"]).stdout
+        shown = ctl(d, "library", "show", wid).stdout
+        out("consent-first-run.json", {"job": job, "explain": explained[-4000:], "show": shown[-4000:]})
+        assert "consent: tf32_override" in shown and f"gitmctl library contract {wid}" in shown, shown
+        assert f"gitmctl library contract {wid}" in explained, explained
+        ctl(d, "library", "contract", wid, "--metric", r"loss=(\S+)", "--rtol", "1e-2")
+        for i in range(9):
+            r = ctl(d, "run", "-v", "--", *FP32)
+            assert r.returncode == 0, r.stderr[-2000:]
+            tail = r.stderr.strip().splitlines()[-3:]
+            runs.append({"run": i + 2, "stderr": tail, "result": r.stdout.split()[-3:]})
+            if "launching with its validated policy" in r.stderr:
+                break
+        lib = json.loads(ctl(d, "library", "show", wid, "--json").stdout)
+        out("consent-runs.json", {"runs": runs, "library": lib})
+        (p,) = [p for p in lib.get("policies", []) if p["status"] == "validated"]
+        assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["ci_low"] >= 1.03, lib
+        assert "launching with its validated policy" in " ".join(runs[-1]["stderr"]), runs
+    finally:
+        keep_log(d, "gitmd-consent.log")
+
+
+@pytest.mark.timeout(400)
+def test_a_recurring_program_is_observed_on_runs_1_2_4_and_8(daemon_factory: Any) -> None:
+    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    program = [sys.executable, str(W / "launch_bound.py"), "--steps", "3000"]
+    runs: list[dict[str, Any]] = []
+    try:
+        for i in range(8):
+            r = ctl(d, "run", "-v", "--no-explore", "--", *program)
+            assert r.returncode == 0, r.stderr[-2000:]
+            job = json.loads(ctl(d, "job", job_of(r.stderr), "--json").stdout)
+            cost = json.loads(job.get("cost_json") or "{}")
+            runs.append({"run": i + 1, "windows": job.get("windows", 0), "run_s": job.get("run_s"),
+                         "cost": cost, "result": r.stdout.split()[-3:]})  # fmt: skip
+        out("backoff-runs.json", runs)
+        observed = [x["run"] for x in runs if x["windows"]]
+        assert observed == [1, 2, 4, 8], runs
+        assert runs[7]["cost"].get("observation_s") is not None, runs[7]  # against runs 3, 5, 6, 7
+    finally:
+        keep_log(d, "gitmd-backoff.log")
