@@ -22,3 +22,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVE
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${specs[@]}"
 ls .whl
 du -sh .whl
+# A numpy that numba-cuda 0.30.4 supports, for the corpus's numba-cuda program only: the GPU host's
+# numpy 2.5.2 has no np.row_stack, and numba-cuda compiled no kernel against it (H200, 2026-12-03).
+# tests/gpu/run.sh installs it into /tmp/site-numba, which that program's manifest entry puts first
+# on its PYTHONPATH; nothing else sees it.
+rm -rf .whl-numba && mkdir -p .whl-numba
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .whl-numba "numpy==2.2.6"
+du -sh .whl-numba

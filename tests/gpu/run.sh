@@ -28,6 +28,10 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
 fi
+if [ -d .whl-numba ]; then  # the corpus's numba-cuda program only (its manifest entry's PYTHONPATH)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-numba \
+    .whl-numba/*.whl >> "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
+fi
 export PYTHONPATH=/tmp/site:$PWD
 [ -f gitmd/api/_generated/gitm/v1/gitmd_pb2.py ] || { echo "carry gitmd/api/_generated (make proto)"; exit 1; }
 
