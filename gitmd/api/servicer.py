@@ -310,10 +310,11 @@ class GitmdServicer(pb_grpc.GitmdServicer):
     def SetWorkloadContract(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
         uid = self._contract_uid(caller, "SetWorkloadContract", request.workload_id)
         contract = convert.contract_from_pb(request.contract)
-        if any(c.kind != "stdout_metric" for c in contract.checks):
+        if any(c.kind != "stdout_metric" for c in contract.checks) or len(contract.checks) > 1:
             raise InvalidArgumentError(
-                "a workload's contract compares a number its runs print (stdout_metric): the files a run "
-                "writes are not reported by every launcher (give them per run: gitmctl run --output)"
+                "a workload's contract compares one number its runs print (one stdout_metric): the "
+                "files a run writes are not reported by every launcher (give them per run: gitmctl run "
+                "--output)"
             )
         if contract.checks:
             contract = equivalence.Contract((*contract.checks, equivalence.Check("exit_status")))

@@ -181,6 +181,28 @@ def test_a_contract_given_once_holds_the_workloads_later_runs(daemon: Daemon, sh
     )  # fmt: skip
     own = ctl_json(daemon.socket, "job", r.stderr.split("job ", 1)[1].split()[0])["contract"]["checks"]
     assert [c["kind"] for c in own] == ["output_file", "exit_status"]
+    # over the API: a file or a second metric is refused, and nothing changes
+    import grpc
+
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    with open_channel(daemon.socket) as ch:
+        stub = pb_grpc.GitmdStub(ch)
+        for checks in (
+            [pb.EquivalenceCheck(kind="output_file", path="/tmp/o", compare="checksum")],
+            [pb.EquivalenceCheck(kind="stdout_metric", regex=r"a=(\S+)"),
+             pb.EquivalenceCheck(kind="stdout_metric", regex=r"b=(\S+)")],
+        ):  # fmt: skip
+            contract = pb.EquivalenceContract(checks=checks)
+            req = pb.SetWorkloadContractRequest(workload_id=wid, contract=contract)
+            try:
+                stub.SetWorkloadContract(req, timeout=10)
+                raise AssertionError("accepted")
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "one number" in (e.details() or "")
+        got = stub.GetWorkloadContract(pb.GetWorkloadRequest(workload_id=wid), timeout=10)
+        assert [c.regex for c in got.checks][:1] == [r"loss=([0-9.]+)"]
     r = ctl(daemon.socket, "library", "contract", "00c0ffee0002", "--clear")
     assert "contract removed" in r.stdout
     r = ctl(daemon.socket, "library", "contract", "00c0ffee0002")
