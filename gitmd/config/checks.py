@@ -185,6 +185,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "live_levers": _live_levers,
         "launch_levers": _launch_levers,
         "run_rounds": _int_range(3, 50),
+        "run_cost_cap": _fraction,
         "early_speedup": _early_speedup,
         "explore_known": _bool,
     },

@@ -153,6 +153,11 @@ class ExperimentsConfig:
     # launch levers across runs of a recurring workload (its registrations get A or B in their plan)
     launch_levers: tuple[str, ...] = LAUNCH_LEVERS
     run_rounds: int = 3  # AB/BA pairs of runs per launch trial
+    # the most of a run's time so far its live trials' losing treatment windows may cost it
+    # (measured: each B window slower than its A, for its length and the settle before it); a trial
+    # that would go beyond stops, its pairs kept for the next run of the workload to continue, and no
+    # further trial starts on that run (convergence issue: a live CPU trial cost a run 49%). 0: none
+    run_cost_cap: float = 0.02
     # a launch trial whose every pair of runs is at least this much faster by the runs' own clock,
     # beyond 3x the workload's run-to-run spread (from 3 plain runs) and within what its cause
     # allows, outputs equal, is decided before run_rounds pairs; a live experiment likewise after

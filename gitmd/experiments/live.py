@@ -262,11 +262,16 @@ class LiveExperiment:
         early_speedup: float = 0.0,
         cause_share: float | None = None,
         earlier: list[Experiment] | None = None,
+        budget: Callable[[list[float], list[float]], str] | None = None,
     ) -> None:
         """``cause_share``: the most of the job's time the cause the lever addresses can take (its
         Cause.ceiling; no gain beyond removing all of it is believed). ``earlier``: the workload's
         unfinished trials of this lever (ExperimentStore.resumable), whose pairs this one continues
-        from: a job too short for a whole trial adds its pairs, and a later run decides on them all."""
+        from: a job too short for a whole trial adds its pairs, and a later run decides on them all.
+        ``budget``: after each of this run's pairs (its A and B step times so far), why the run can
+        afford no more treatment windows ("" : it can); the trial then stops as abandoned, so the
+        workload's next run continues from its pairs."""
+        self.budget = budget
         self.cause_share = cause_share
         self.experiments = experiments
         self.interventions = interventions
@@ -361,6 +366,10 @@ class LiveExperiment:
             early = clearly_slower(a, b, self.min_gain, self.rounds) or self._early(a, b, nonfinite)
             if early is not None:
                 break
+            more = self.budget is not None and r + 1 < self.rounds
+            spent = self.budget(a[start:], b[start:]) if more and self.budget is not None else ""
+            if spent:
+                return self._end("abandoned", Decision(False, f"abandoned: {spent}", None))
         failures = ("NaN or Inf in payload samples under the treatment",) if nonfinite else ()
         verdict = Verdict(not nonfinite, failures, ("payload samples finite",), False)
         d = early or decide(a, b, verdict, self.lever.risk, self.min_gain, paired=True)

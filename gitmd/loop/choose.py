@@ -13,6 +13,7 @@ from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
 from gitmd.levers.registry import make as make_lever
 from gitmd.loop.attribute import Attribute
+from gitmd.loop.cost import exploration_left
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
 from gitmd.loop.targets import Targets
@@ -69,6 +70,9 @@ class Choose:
         why = self.not_explorable(job)
         if why:
             return why
+        spent = exploration_left(d, job_id)
+        if spent:
+            return spent
         report = self._report(job)
         if report is None:
             return "its window could not be analysed"

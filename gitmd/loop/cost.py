@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from typing import Any
 
 from gitmd.loop.deps import Deps
@@ -45,6 +46,33 @@ def losing_arms_s(experiments: list[Any], window_s: float) -> float:
             if arm.get("arm") == "B" and b_ms > a_ms > 0:
                 lost += window_s * (1 - a_ms / b_ms)
     return lost
+
+
+ENDED = ("reverted", "abandoned", "failed")
+
+
+def exploration_left(
+    d: Deps, job_id: str, a_ms: list[float] | None = None, b_ms: list[float] | None = None
+) -> str:
+    """Why the run can afford no more live-trial treatment windows ("" : it can): its ended trials'
+    losing arms, with the running trial's pairs so far (``a_ms``, ``b_ms``) and one more B window as
+    costly as its worst, against experiments.run_cost_cap of the run's time so far. Each B arm costs
+    the job for its window and the settle before it."""
+    cfg = d.config.experiments
+    if cfg.run_cost_cap <= 0:
+        return ""
+    arm_s = d.config.capture.window_duration_s + cfg.settle_s
+    lost = losing_arms_s([e for e in d.experiments.of_job(job_id) if e.state in ENDED], arm_s)
+    base = statistics.median(a_ms) if a_ms else 0.0
+    these = [arm_s * (1 - base / y) for y in (b_ms or []) if base > 0 and y > base]
+    lost += sum(these) + max(these, default=0.0)
+    elapsed = (time.time_ns() - d.jobs.get(job_id).created_ns) / 1e9
+    if lost <= cfg.run_cost_cap * elapsed:
+        return ""
+    return (
+        f"this run's exploration budget is spent: its losing treatment windows cost {lost:.2f} s "
+        f"of {elapsed:.0f} s so far, over experiments.run_cost_cap ({100 * cfg.run_cost_cap:.0f}%)"
+    )
 
 
 def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:

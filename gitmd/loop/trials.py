@@ -27,6 +27,7 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
 from gitmd.levers.registry import PolicyEnv
+from gitmd.loop.cost import exploration_left
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 from gitmd.loop.publish import Publisher
@@ -136,6 +137,7 @@ class Trials:
                 early_speedup=cfg.early_speedup,
                 cause_share=cause_share,
                 earlier=earlier,
+                budget=lambda a, b: exploration_left(d, job_id, a, b),
             )
             dec = exp.run()
             if confirm and exp.exp.state not in ("abandoned", "failed"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gitmd.experiments.equivalence import Check, Contract
 from gitmd.levers.registry import make
-from tests.unit.loop.helpers import make_service, recurring, run_train
+from tests.unit.loop.helpers import make_service, recurring, run_train, set_config
 
 
 def test_launch_trial_across_runs_promotes_and_the_next_launch_gets_the_policy(tmp_path: Path) -> None:
@@ -182,6 +182,75 @@ def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path)
         fourth = trial(run_of_workload(), [5.0, 10.0, 10.1, 5.0], [])
         assert not fourth.run().promote and exps.get(fourth.exp.id).state == "reverted"
         assert exps.workload_levers("w1") == {"cpu_affinity": "reverted"}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_runs_exploration_stops_at_its_budget_and_the_next_run_continues(tmp_path: Path) -> None:
+    """Convergence issue, item 3: a live CPU trial cost a run 49%. Its losing treatment windows are
+    now held to experiments.run_cost_cap (2%) of the run so far: the trial that would go beyond stops
+    (abandoned: its pairs are the workload's, the next run continues them), and no further trial
+    starts on that run; a faster treatment costs nothing."""
+    import dataclasses
+    import subprocess
+    import sys
+    import time
+
+    from gitmd.experiments.live import LiveExperiment, Measurement
+    from gitmd.jobs.registry import Registration
+    from gitmd.levers.base import Target
+    from gitmd.levers.host import CpuAffinity
+    from gitmd.loop.cost import exploration_left
+
+    svc = make_service(tmp_path)
+    arm_s = svc.config.capture.window_duration_s + svc.config.experiments.settle_s
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    with svc.jobs.store.transaction() as db:  # the run began 100 s ago: 2 s of budget
+        db.execute("UPDATE jobs SET created_ns = ? WHERE id = ?", [time.time_ns() - 100 * 10**9, job_id])
+    d = svc.loop.d
+    assert exploration_left(d, job_id) == ""
+    assert exploration_left(d, job_id, [10.0], [8.0]) == ""  # faster: costs nothing
+    # a B window twice as slow: it and one more like it would cost 2 x arm_s x 0.5 = 2.5 s > 2 s
+    why = exploration_left(d, job_id, [10.0], [20.0])
+    assert "exploration budget is spent" in why and "run_cost_cap (2%)" in why
+    # an ended trial's losing arms count for the rest of the run
+    e = svc.experiments.create(job_id, CpuAffinity(cpus=[0]), "host_contention")
+    e.arms = [{"arm": "A", "step_ms": 10.0}, {"arm": "B", "step_ms": 40.0}]
+    e.state = "reverted"
+    svc.experiments.update(e)
+    assert abs(arm_s * 0.75 - 1.875) < 1e-9 and exploration_left(d, job_id) == ""  # 1.875 s of 2 s
+    e.arms += [{"arm": "B", "step_ms": 40.0}]
+    svc.experiments.update(e)
+    assert "exploration budget is spent" in exploration_left(d, job_id)
+    svc.loop.choose.not_explorable = lambda job: ""  # type: ignore[method-assign]
+    assert "exploration budget is spent" in svc.loop.choose.live(job_id)  # no new trial on this run
+    off = dataclasses.replace(svc.config.experiments, run_cost_cap=0.0)
+    set_config(svc, dataclasses.replace(svc.config, experiments=off))
+    assert exploration_left(d, job_id) == ""
+    # the engine: a budget that says stop after the first pair ends the trial abandoned, resumable
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        svc.jobs.set_workload(job_id, "w9")
+        seq = iter([Measurement(1, 10.0), Measurement(2, 10.6), Measurement(3, 10.6), Measurement(4, 10.0)])
+        asked: list[tuple[list[float], list[float]]] = []
+
+        def budget(a: list[float], b: list[float]) -> str:
+            asked.append((list(a), list(b)))
+            return "this run's exploration budget is spent (test)"
+
+        cpu = sorted(os.sched_getaffinity(0))[0]
+        x = LiveExperiment(
+            svc.experiments, svc.interventions, job_id, CpuAffinity(cpus=[cpu]),
+            "host_contention", target=lambda: Target(pids=(child.pid,)), measure=lambda: next(seq), rounds=4,
+            settle_s=0, budget=budget,
+        )  # fmt: skip
+        dec = x.run()
+        assert not dec.promote and "exploration budget" in dec.reason and asked == [([10.0], [10.6])]
+        assert svc.experiments.get(x.exp.id).state == "abandoned"
+        assert [y.id for y in svc.experiments.resumable("w9", "cpu_affinity")] == [x.exp.id]
+        assert svc.interventions.in_force("cpu_affinity") == []  # the job left as it was
     finally:
         child.kill()
         child.wait()
