@@ -75,7 +75,8 @@ def corpus_programs(manifest: Path | None = None, src: Path | None = None) -> di
             e["name"],
             argv,
             (src or CORPUS / "src") / f"{owner}+{name}",
-            dict(e.get("env", {})),
+            # "$PYTHONPATH" and the like are the launcher's own (a prefix, not a replacement)
+            {k: os.path.expandvars(str(v)) for k, v in e.get("env", {}).items()},
             "" if e.get("output", "exit") == "exit" else e["output"],
             e.get("step_clock", ""),
             e.get("step_clock_stream", "stdout"),

@@ -176,21 +176,25 @@ class ExperimentStore:
     def workload_levers(self, workload_id: str) -> dict[str, str]:
         """Live levers the workload's earlier runs tried: "reverted" (decided, not kept: never
         tried on it again) or "resumable" (ended with its run undecided: the next run continues it)."""
+        return {lever: state for lever, (state, _) in self.workload_trials(workload_id).items()}
+
+    def workload_trials(self, workload_id: str) -> dict[str, tuple[str, int]]:
+        """``workload_levers`` with, for each lever, when the newest run that tried it was registered."""
         if not workload_id:
             return {}
         with self.store.reading() as db:
             rows = db.query(
-                "SELECT e.lever, e.state, json_extract(e.decision, '$.continued_in') AS cont "
-                "FROM experiments e JOIN jobs j ON j.id = e.job_id "
-                "WHERE j.workload_id = ? AND e.state IN ('reverted', 'abandoned')",
+                "SELECT e.lever, e.state, json_extract(e.decision, '$.continued_in') AS cont, "
+                "j.created_ns FROM experiments e JOIN jobs j ON j.id = e.job_id "
+                "WHERE j.workload_id = ? AND e.state IN ('reverted', 'abandoned') ORDER BY j.created_ns",
                 [workload_id],
             )
-        out: dict[str, str] = {}
+        out: dict[str, tuple[str, int]] = {}
         for r in rows:
             if r["state"] == "reverted":
-                out[r["lever"]] = "reverted"
-            elif r["cont"] is None:
-                out.setdefault(r["lever"], "resumable")
+                out[r["lever"]] = ("reverted", int(r["created_ns"]))
+            elif r["cont"] is None and out.get(r["lever"], ("",))[0] != "reverted":
+                out[r["lever"]] = ("resumable", int(r["created_ns"]))
         return out
 
     def continued(self, earlier: list[Experiment], eid: int) -> None:
@@ -366,7 +370,9 @@ class LiveExperiment:
             early = clearly_slower(a, b, self.min_gain, self.rounds) or self._early(a, b, nonfinite)
             if early is not None:
                 break
-            more = self.budget is not None and r + 1 < self.rounds
+            # from two pairs on (before, clearly_slower cannot judge a loss: stopping at one would
+            # only cost the next run an observation to measure the second)
+            more = self.budget is not None and r + 1 < self.rounds and len(a) >= 2
             spent = self.budget(a[start:], b[start:]) if more and self.budget is not None else ""
             if spent:
                 return self._end("abandoned", Decision(False, f"abandoned: {spent}", None))

@@ -373,7 +373,8 @@ class FleetSync:
                 seen = [o for o in nodes.values() if isinstance(o, dict)]
                 held_on = sum(1 for o in seen if o.get("held"))
                 suspect_on = sum(1 for o in seen if o.get("suspect"))
-                if raised.get("node") == node[:MAX_NAME] or (held_on >= 2 and held_on > suspect_on):
+                own = raised.get("node") == node[:MAX_NAME] and suspect_on == 0  # it was the only one
+                if own or (held_on >= 2 and held_on > suspect_on):
                     e["suspect_cleared"] = {
                         "by": node[:MAX_NAME], "held_on": held_on, "suspect_on": suspect_on, "was": raised
                     }  # fmt: skip

@@ -380,6 +380,17 @@ class JobRegistry:
             ).fetchone()
         return int(observed), int(since), int(last or 0)
 
+    def observed_between(self, launch_key: str, after_ns: int, before_ns: int) -> int:
+        """How many ended runs of ``launch_key`` registered strictly between the two times had a
+        capture window."""
+        with self.store.reading() as db:
+            (n,) = db.conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE launch_key = ? AND created_ns > ? AND created_ns < ? "
+                "AND state IN ('exited', 'lost') AND windows > 0",
+                [launch_key, after_ns, before_ns],
+            ).fetchone()
+        return int(n)
+
     def latest_of_workload(self, workload_id: str, runs: int = 20) -> builtins.list[str]:
         """The ids of the workload's latest ``runs`` runs, newest first."""
         if not workload_id:

@@ -70,7 +70,7 @@ class Choose:
         why = self.not_explorable(job)
         if why:
             return why
-        spent = exploration_left(d, job_id)
+        spent = st.spent or exploration_left(d, job_id)
         if spent:
             return spent
         report = self._report(job)

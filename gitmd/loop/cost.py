@@ -37,11 +37,12 @@ def losing_arms_s(experiments: list[Any], window_s: float) -> float:
     for e in experiments:
         if e.state in KEPT or e.cause == "tune":  # a kept lever's windows were faster; tune: other runs
             continue
-        base = [float(a["step_ms"]) for a in e.arms if a.get("arm") == "A" and a.get("step_ms")]
+        mine = [a for a in e.arms if "from" not in a]  # carried from earlier runs: not this run's losses
+        base = [float(a["step_ms"]) for a in mine if a.get("arm") == "A" and a.get("step_ms")]
         if not base:
             continue
         a_ms = statistics.median(base)
-        for arm in e.arms:
+        for arm in mine:
             b_ms = float(arm.get("step_ms") or 0)
             if arm.get("arm") == "B" and b_ms > a_ms > 0:
                 lost += window_s * (1 - a_ms / b_ms)

@@ -80,15 +80,16 @@ class Observe:
                                                             for x in st.live.items)):  # fmt: skip
             return ""
         ex = self.d.config.experiments
-        if (
-            ex.enabled
-            and job.allow_exploration
-            and any(
-                state == "resumable" and lever in ex.live_levers
-                for lever, state in self.d.experiments.workload_levers(job.workload_id).items()
-            )
-        ):
-            return ""  # a live trial an earlier run ended before deciding: this run continues it
+        if ex.enabled and job.allow_exploration and not self.pub.known(job.id):
+            for lever, (state, tried_ns) in self.d.experiments.workload_trials(job.workload_id).items():
+                # a live trial an earlier run ended before deciding: this run continues it, unless
+                # two observed runs since did not (its cause gone): then it waits for the backoff
+                if (
+                    state == "resumable"
+                    and lever in ex.live_levers
+                    and self.d.jobs.observed_between(job.launch_key, tried_ns, job.created_ns) < 2
+                ):
+                    return ""
         observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
         if observed < c.observe_runs:
             return ""

@@ -70,6 +70,7 @@ class JobState:
     experiment_causes: set[str] = field(default_factory=set)
     observed: bool = False  # its observation has ended
     resting: str = ""  # why this run gets no window at all: earlier runs observed it (Observe.rests)
+    spent: str = ""  # its exploration budget ran out (a live trial stopped by it): no other trial
     idle: str = ""  # why its latest window started no trial ("" : one started, or one runs)
     # windows past start-up that held kernels: what the observation counts (capture.session_windows).
     # A window with no kernel shows nothing a cause could be read from — start-up, a CPU phase, or

@@ -137,7 +137,7 @@ class Trials:
                 early_speedup=cfg.early_speedup,
                 cause_share=cause_share,
                 earlier=earlier,
-                budget=lambda a, b: exploration_left(d, job_id, a, b),
+                budget=lambda a, b: self._budget(job_id, a, b),
             )
             dec = exp.run()
             if confirm and exp.exp.state not in ("abandoned", "failed"):
@@ -159,6 +159,14 @@ class Trials:
                     self.observe.end_if_done(job_id)
             except Exception:
                 log.exception("ending the observation of job %s failed", job_id)
+
+    def _budget(self, job_id: str, a_ms: list[float], b_ms: list[float]) -> str:
+        """The running live trial's budget check (cost.exploration_left); once it stops a trial, no
+        other starts on this run (choose.live reads ``spent``)."""
+        why = exploration_left(self.d, job_id, a_ms, b_ms)
+        if why:
+            self.d.states.of(job_id).spent = why
+        return why
 
     def keep_live(self, job_id: str, lever: Lever, experiment_id: int, dec: Decision) -> None:
         """A promoted live lever becomes a policy of the job's workload (its intent, not its

@@ -30,6 +30,10 @@ def test_losing_arms_cost_what_their_windows_lost_against_the_baseline() -> None
     tune = SimpleNamespace(state="reverted", cause="tune", arms=arms(("A", 10), ("B", 20)))
     assert abs(losing_arms_s([lost], 1.0) - 2 * (1 - 10 / 12.5)) < 1e-9
     assert losing_arms_s([kept, faster_but_not_kept, tune], 1.0) == 0.0
+    # pairs carried from an earlier run ("from": a resumed trial) were that run's losses, not this one's
+    before = [{**x, "from": 1} for x in arms(("A", 10), ("B", 20))]
+    carried = SimpleNamespace(state="abandoned", cause="sync_stall", arms=before + arms(("A", 10), ("B", 10)))
+    assert losing_arms_s([carried], 1.0) == 0.0
 
 
 def test_an_ended_job_keeps_what_gitmd_cost_it(tmp_path: Path) -> None:

@@ -186,14 +186,23 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     # its workload has a live trial its last run ended before deciding: this run continues it
     svc.jobs.set_workload(job.id, "w1")
     job = svc.jobs.get(job.id)
-    svc.experiments.workload_levers = lambda wid: {"cpu_affinity": "resumable"}  # type: ignore[method-assign]
+    just_before = job.created_ns - 1
+    svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", just_before)}  # type: ignore[method-assign]
     assert rests(job, LaunchPlan({}, ())) == ""
-    svc.experiments.workload_levers = lambda wid: {"cpu_affinity": "reverted"}  # type: ignore[method-assign]
+    # ... unless two observed runs since did not continue it (its cause gone): the backoff decides
+    svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", 0)}  # type: ignore[method-assign]
     assert rests(job, LaunchPlan({}, ()))
+    svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("reverted", just_before)}  # type: ignore[method-assign]
+    assert rests(job, LaunchPlan({}, ()))
+    # ... or when the run got its workload's policy and is not explored
+    svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", just_before)}  # type: ignore[method-assign]
+    st.policy_id = 7
+    assert rests(job, LaunchPlan({}, ()))
+    st.policy_id = 0
     # consent given since its last observed run: the next run is observed (a lever may now be tried)
     from gitmd.experiments.equivalence import Check, Contract
 
-    svc.experiments.workload_levers = lambda wid: {}  # type: ignore[method-assign]
+    svc.experiments.workload_trials = lambda wid: {}  # type: ignore[method-assign]
     svc.report_exit(v.job.id, 0)
     wid = recurring(svc, "t.py")  # a workload in the library to give consent on
     job = dataclasses.replace(svc.jobs.get(v.job.id), workload_id=wid)

@@ -226,6 +226,9 @@ def test_a_runs_exploration_stops_at_its_budget_and_the_next_run_continues(tmp_p
     assert "exploration budget is spent" in exploration_left(d, job_id)
     svc.loop.choose.not_explorable = lambda job: ""  # type: ignore[method-assign]
     assert "exploration budget is spent" in svc.loop.choose.live(job_id)  # no new trial on this run
+    # the loop's check during a trial marks the run: no other live trial starts on it
+    assert "exploration budget" in svc.loop.trials._budget(job_id, [10.0], [20.0])
+    assert "exploration budget" in svc.states.of(job_id).spent
     off = dataclasses.replace(svc.config.experiments, run_cost_cap=0.0)
     set_config(svc, dataclasses.replace(svc.config, experiments=off))
     assert exploration_left(d, job_id) == ""
@@ -233,7 +236,8 @@ def test_a_runs_exploration_stops_at_its_budget_and_the_next_run_continues(tmp_p
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         svc.jobs.set_workload(job_id, "w9")
-        seq = iter([Measurement(1, 10.0), Measurement(2, 10.6), Measurement(3, 10.6), Measurement(4, 10.0)])
+        # two pairs (a loss after one pair is for clearly_slower to judge at two), not clearly slower
+        seq = iter([Measurement(1, 10.0), Measurement(2, 10.6), Measurement(3, 9.9), Measurement(4, 10.0)])
         asked: list[tuple[list[float], list[float]]] = []
 
         def budget(a: list[float], b: list[float]) -> str:
@@ -247,7 +251,8 @@ def test_a_runs_exploration_stops_at_its_budget_and_the_next_run_continues(tmp_p
             settle_s=0, budget=budget,
         )  # fmt: skip
         dec = x.run()
-        assert not dec.promote and "exploration budget" in dec.reason and asked == [([10.0], [10.6])]
+        assert not dec.promote and "exploration budget" in dec.reason
+        assert asked == [([10.0, 10.0], [10.6, 9.9])]
         assert svc.experiments.get(x.exp.id).state == "abandoned"
         assert [y.id for y in svc.experiments.resumable("w9", "cpu_affinity")] == [x.exp.id]
         assert svc.interventions.in_force("cpu_affinity") == []  # the job left as it was
