@@ -79,6 +79,14 @@ class Observe:
         if st.live is not None and (st.live.confirm or any(x.get("lever") not in WINDOW_FREE_LEVERS
                                                             for x in st.live.items)):  # fmt: skip
             return ""
+        # the backoff first (two indexed counts on every registration); the workload's trials and
+        # contract are looked up only for a run it would leave unobserved
+        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        if observed < c.observe_runs:
+            return ""
+        gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
+        if since >= gap:
+            return ""
         ex = self.d.config.experiments
         if ex.enabled and job.allow_exploration and not self.pub.known(job.id):
             for lever, (state, tried_ns) in self.d.experiments.workload_trials(job.workload_id).items():
@@ -90,14 +98,8 @@ class Observe:
                     and self.d.jobs.observed_between(job.launch_key, tried_ns, job.created_ns) < 2
                 ):
                     return ""
-        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
-        if observed < c.observe_runs:
-            return ""
         if job.workload_id and self.d.library.contract(job.workload_id, job.uid)[1] > last_ns:
             return ""  # consent given since it was last observed: numerics levers may now be tried
-        gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
-        if since >= gap:
-            return ""
         return (
             f"its program was observed on {observed} earlier runs; this run is not observed (the next "
             f"in {gap - since} runs: capture.reobserve_every)"

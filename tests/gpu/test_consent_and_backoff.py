@@ -21,19 +21,9 @@ from typing import Any
 import pytest
 
 from tests.gpu.test_experiments import W, keep_log, out
+from tests.gpu.test_launch_trials import CONFIG  # settle_s = 0: a run's windows at once
 from tests.integration.conftest import Daemon, command, free_port
 
-CONFIG = """
-[telemetry]
-backend = "nvml"
-[metrics]
-port = {port}
-[capture]
-keep_windows = 8
-window_every_s = 1
-window_duration_s = 0.5
-settle_s = 0  # the windows of a run at once (its fp32 cause in two windows in a row)
-"""
 FP32 = [sys.executable, str(W / "mlp_train.py"), "--batch", "4096", "--hidden", "4096", "--steps", "1500"]
 
 
