@@ -14,7 +14,15 @@ neighbours is that piece's cost:
   ctl-noexplore  `gitmctl run --no-explore`: shim and windows, no trial arms
   ctl         `gitmctl run` with its defaults: all of it (the daemon may open windows and trials)
 
+Each gitmctl mode has its own launch key, so that each is its own recurring program to gitmd (its
+observation backoff counts that mode's runs only).
+
     python3 bench/run_cost.py --programs cupy_fft,launch_bound --rounds 8 --json OUT.json
+
+A corpus program is named `corpus:<name>` (bench/corpus/manifest.toml; materialised by `make corpus`):
+its own command, folder and environment. Each run through gitmctl is joined with gitmd's record of
+its job, so that runs with capture windows and runs the observation backoff left without any
+(`ctl-observed`, `ctl-resting` in the table) are told apart.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.crash_soak import CONFIG  # noqa: E402
+from bench.crash_soak import CONFIG, Program, corpus_programs  # noqa: E402
 from bench.harness import Gitmd  # noqa: E402
 
 PY = sys.executable
@@ -60,9 +68,9 @@ def backend() -> str:
 CHILD = 's=$(date +%s%N); "$@"; r=$?; echo "gitm-child-ns $(($(date +%s%N)-s))" >&2; exit $r'
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, int, str]:
     t0 = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, env=env)
+    p = subprocess.run(argv, capture_output=True, env=env, cwd=cwd)
     return time.monotonic() - t0, p.returncode, p.stderr.decode("utf-8", "replace")
 
 
@@ -71,11 +79,32 @@ def child_s(stderr: str) -> float | None:
     return int(found[-1]) / 1e9 if found else None
 
 
+def programs(names: list[str]) -> dict[str, Program]:
+    """The named programs: ours (PROGRAMS) and corpus:<name> (the manifest's command, folder, env).
+    Raises SystemExit naming what is unknown or not materialised."""
+    corpus = corpus_programs() if any(n.startswith("corpus:") for n in names) else {}
+    out: dict[str, Program] = {}
+    bad = []
+    for n in names:
+        if n in PROGRAMS:
+            out[n] = Program(n, PROGRAMS[n], ROOT)
+        elif n.startswith("corpus:") and n[7:] in corpus:
+            out[n] = corpus[n[7:]]
+            if not out[n].cwd.exists():
+                raise SystemExit(f"{n}: {out[n].cwd} is not materialised (make corpus)")
+        else:
+            bad.append(n)
+    if bad:
+        ours = ", ".join(PROGRAMS)
+        raise SystemExit(f"unknown program(s): {', '.join(bad)} (ours: {ours}; or corpus:<name>)")
+    return out
+
+
 def command(
-    mode: str, name: str, g: Gitmd, scratch: Path, i: int, debug: bool
+    mode: str, prog: Program, g: Gitmd, scratch: Path, i: int, debug: bool
 ) -> tuple[list[str], dict[str, str]]:
-    program = PROGRAMS[name]
-    env = dict(os.environ)
+    program, name = prog.argv, prog.name.replace("corpus:", "")
+    env = {**os.environ, **prog.env}
     if debug:
         env["GITM_SHIM_DEBUG"] = "1"  # the shim's own steps timed, on the job's stderr
     if mode == "guard":
@@ -91,7 +120,7 @@ def command(
         env.update(GITM_JOB_DIR=str(job_dir), GITM_JOB_ID=f"j{i}")
     elif mode.startswith("ctl"):
         ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "-v", "--name", f"run-cost-{name}",
-               "--launch-key", f"run-cost-{name}"]  # fmt: skip
+               "--launch-key", f"run-cost-{name}-{mode}"]  # fmt: skip
         if mode == "ctl-nocap":
             ctl.append("--no-capture")
         elif mode == "ctl-noexplore":
@@ -110,10 +139,10 @@ def main() -> int:
     a = ap.parse_args()
     names = [p for p in a.programs.split(",") if p]
     modes = [m for m in a.modes.split(",") if m]
-    bad = [p for p in names if p not in PROGRAMS] + [m for m in modes if m not in MODES]
+    bad = [m for m in modes if m not in MODES]
     if bad:
-        known = f"programs: {', '.join(PROGRAMS)}; modes: {', '.join(MODES)}"
-        raise SystemExit(f"unknown: {', '.join(bad)} ({known})")
+        raise SystemExit(f"unknown mode(s): {', '.join(bad)} (modes: {', '.join(MODES)})")
+    progs = programs(names)
     for need in (SHIM, GUARD, FLOOR):
         if not need.exists():
             raise SystemExit(f"{need} is not built (make -C shim all)")
@@ -130,11 +159,13 @@ def main() -> int:
                 turn = modes[r % len(modes) :] + modes[: r % len(modes)]
                 for m in turn:
                     i += 1
-                    argv, env = command(m, p, g, scratch, i, a.debug)
-                    s, rc, err = timed(argv, env)
+                    argv, env = command(m, progs[p], g, scratch, i, a.debug)
+                    s, rc, err = timed(argv, env, progs[p].cwd)
                     shim = [ln for ln in err.splitlines() if ln.startswith(("gitm shim", "gitmctl"))]
+                    job = re.search(r"^gitmctl run: job ([0-9a-f]+)", err, re.M)
                     runs.append({"program": p, "mode": m, "round": r, "wall_s": s, "child_s": child_s(err),
-                                 "exit": rc, "stderr": shim[-40:]})  # fmt: skip
+                                 "exit": rc, "job": job.group(1) if job else "",
+                                 "stderr": shim[-40:]})  # fmt: skip
                     if rc != 0:
                         failures.append(f"{p} {m} round {r}: exit {rc}")
                         continue
@@ -153,6 +184,22 @@ def main() -> int:
         base = med.get("plain", float("nan"))
         cells = [f"{med[m]:.3f} (+{med[m] - base:.3f})" if m != "plain" else f"{med[m]:.3f}" for m in modes]
         print(f"| {p} | " + " | ".join(cells) + " |")
+    try:
+        listed = json.loads(jobs) if jobs.strip() else {}
+    except json.JSONDecodeError:
+        listed = {"unparsed": jobs[-5000:]}
+    windows = {j.get("id"): j.get("windows", 0) for j in listed.get("jobs", []) if isinstance(j, dict)}
+    split = [(r, windows[r["job"]]) for r in runs if r["job"] in windows and r["exit"] == 0]
+    if split:
+        print("\nthrough gitmctl, by what gitmd did in the run: median wall s (added to plain), runs")
+        for p in names:
+            base = statistics.median(samples[p]["plain"]) if samples[p].get("plain") else float("nan")
+            for m in modes:
+                for kind, pick in (("observed", lambda w: w > 0), ("no window", lambda w: w == 0)):
+                    got = [r["wall_s"] for r, w in split if r["program"] == p and r["mode"] == m and pick(w)]
+                    if got:
+                        med = statistics.median(got)
+                        print(f"  {p} {m}, {kind}: {med:.3f} (+{med - base:.3f}), {len(got)} runs")
     inside = [(r["program"], r["mode"], r["wall_s"], r["child_s"]) for r in runs if r["child_s"] is not None]
     if inside:
         print("\nthrough gitmctl: median wall s of the program itself (gitmctl's start and RPCs not in it)")
@@ -166,10 +213,6 @@ def main() -> int:
     for f in failures:
         print("failed:", f)
     if a.json:
-        try:
-            listed = json.loads(jobs) if jobs.strip() else {}
-        except json.JSONDecodeError:
-            listed = {"unparsed": jobs[-5000:]}
         a.json.write_text(json.dumps({"backend": backend(), "samples": samples, "failures": failures,
                                       "runs": runs, "jobs": listed}, indent=1))  # fmt: skip
         shutil.copy(g.log, a.json.with_suffix(".gitmd.log"))

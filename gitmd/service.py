@@ -214,9 +214,13 @@ class Service:
         return untracked(self.sampler.latest(), tracked, os.getpid())
 
     def report_exit(
-        self, job_id: str, exit_code: int, metrics: dict[str, list[float]] | None = None
+        self,
+        job_id: str,
+        exit_code: int,
+        metrics: dict[str, list[float]] | None = None,
+        wall_s: float | None = None,
     ) -> JobView:
-        return self.loop.exits.exited(job_id, exit_code, metrics)
+        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s)
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         return self.loop.exits.reap(now_ns)

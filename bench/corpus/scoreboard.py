@@ -26,10 +26,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.crash_soak import CONFIG, CORPUS, PY, Program, corpus_programs, run_once  # noqa: E402
+from bench.crash_soak import CONFIG, CORPUS, PY, Program, corpus_programs, jobs_by_name, run_once  # noqa: E402
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
 from gitmd.experiments.decide import speedup_interval  # noqa: E402
@@ -128,10 +130,15 @@ def interval(ratios: list[float]) -> list[float] | None:
     return [round(iv.low, 4), round(iv.high, 4)]
 
 
-def gitmd_runs(p: Program, g: Gitmd, runs: int, logs: Path, timeout_s: float) -> list[dict]:
+def gitmd_runs(
+    p: Program, g: Gitmd, runs: int, logs: Path, timeout_s: float, deadline: float = float("inf")
+) -> list[dict]:
     ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "--name", f"corpus-{p.name}", "--"]
-    out = []
+    out: list[dict] = []
     for i in range(runs):
+        if time.monotonic() > deadline:
+            print(f"{p.name}: budget spent after {i} run(s)", flush=True)
+            break
         order = ("plain", "gitmd") if i % 2 == 0 else ("gitmd", "plain")
         got = {}
         for arm in order:
@@ -153,6 +160,45 @@ def gitmd_runs(p: Program, g: Gitmd, runs: int, logs: Path, timeout_s: float) ->
         )
         print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
     return out
+
+
+def job_record(j: Any) -> dict[str, Any]:
+    """What gitmd itself recorded of one run's job: its windows, where the loop left it, the policy it
+    launched with, its run by its own clock and what gitmd says it cost the run."""
+    try:
+        cost = json.loads(j.cost_json) if j.cost_json else None
+    except json.JSONDecodeError:
+        cost = {"unparsed": j.cost_json[:500]}
+    return {
+        "id": j.id,
+        "windows": j.windows,
+        "phase": j.phase,
+        "workload_id": j.workload_id,
+        "policy_id": j.policy_id,
+        "run_s": round(j.run_s, 3),
+        "wall_s": round(j.wall_s, 3),  # its launcher's clock (the length of a run without the shim)
+        "exit_code": j.exit_code if j.HasField("exit_code") else None,
+        "processes": len(j.processes),
+        "cost": cost,
+    }
+
+
+def attach_jobs(p: Program, g: Gitmd, runs: list[dict]) -> None:
+    """Each run's gitmd record, joined by order of registration (the scoreboard's runs are sequential:
+    the i-th job named corpus-<program> is run i's). A run whose gitmctl never registered leaves the
+    join unsure: then no run gets a record, and `jobs_note` says why."""
+    try:
+        jobs = jobs_by_name(g).get(f"corpus-{p.name}", [])
+    except Exception as e:  # the record is extra evidence; its absence is written down
+        for r in runs:
+            r["job"], r["jobs_note"] = None, f"ListJobs failed: {e}"
+        return
+    if len(jobs) != len(runs):
+        for r in runs:
+            r["job"], r["jobs_note"] = None, f"{len(jobs)} jobs for {len(runs)} runs: not joined"
+        return
+    for r, j in zip(runs, jobs, strict=True):
+        r["job"] = job_record(j)
 
 
 def summarise(runs: list[dict]) -> dict[str, Any]:
@@ -185,7 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=Path, default=CORPUS / "src", help="the materialised sources")
     ap.add_argument("--backend", default="nvml")
     ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float("inf"),
+        help="start no run after this many seconds: what was measured is written, the rest is not run",
+    )
     a = ap.parse_args(argv)
+    deadline = time.monotonic() + a.budget_s
     known = corpus_programs(a.manifest, a.src)
     names = [n for n in a.programs.split(",") if n]
     bad = [n for n in names if n not in known]
@@ -207,14 +260,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {head} |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in names:
+        if time.monotonic() > deadline:
+            print(f"{name}: not run (budget spent)", flush=True)
+            continue
         p = known[name]
         g = Gitmd(base / name, CONFIG.format(backend=a.backend))  # an empty library per program
         g.start()
         try:
             orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, set(meta[name].get("needs", [])))
-            runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s)
+            runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s, deadline)
+            attach_jobs(p, g, runs)
+            for r in runs:
+                j = r.get("job") or {}
+                share = (j.get("cost") or {}).get("share")
+                said = f"windows {j.get('windows')} phase {j.get('phase')!r} policy {j.get('policy_id')}"
+                print(f"{name} run {r['run']}: gitmd recorded {said} run_s {j.get('run_s')} share {share}")
         finally:
             g.stop()
+            if g.log.exists():
+                shutil.copy(g.log, logs / f"{name}-gitmd.log")
+        if not runs:
+            continue
         s = summarise(runs)
         doc = {
             "program": name,
@@ -224,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             "argv": sys.argv,
             "clock": p.clock or "wall",
             "oracle": orc,
+            "runs_asked": a.runs,
             "runs": runs,
             "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
         }

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
             *([("loop", j.phase)] if j.phase else []),
             *([("crash", j.crash)] if j.crash else []),
             *([("run", f"{j.run_s:.1f} s by its own clock (CUDA start to exit)")] if j.run_s else []),
+            *([("wall", f"{j.wall_s:.1f} s by its launcher (exec to exit)")] if j.wall_s else []),
             *([("gitmd's cost", cost_line(j.cost_json))] if j.cost_json else []),
             ("command", shlex.join(j.command)),
             ("cwd", j.cwd or "-"),

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         scan = [re.compile(metric)] if metric and client is not None else []
     except re.error:
         scan = []  # gitmd checked it; never stop the job over it
+    started = time.monotonic()
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
     except OSError as e:
@@ -193,8 +195,9 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             if len(found) < MAX_METRIC_VALUES:
                 found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if is_number(m)]
     status = child.wait()
+    wall_s = time.monotonic() - started  # the run's length where gitmd gave it no shim (its only clock)
     metrics = [pb.StdoutMetric(regex=metric, values=found)] if scan else []
-    _report(client, job_id, status, args.verbose, metrics)
+    _report(client, job_id, status, args.verbose, metrics, wall_s)
     return 128 - status if status < 0 else status
 
 
@@ -211,14 +214,19 @@ def _pin(cpus: list[int]) -> None:
 
 
 def _report(
-    client: Client | None, job_id: str, status: int, verbose: bool, metrics: list[Any] | None = None
+    client: Client | None,
+    job_id: str,
+    status: int,
+    verbose: bool,
+    metrics: list[Any] | None = None,
+    wall_s: float = 0.0,
 ) -> None:
     if client is None or not job_id:
         return
     try:
         client.call(
             client.stub.ReportJobExit,
-            pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or []),
+            pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s),
         )
     except ClientError as e:
         if verbose:

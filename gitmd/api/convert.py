@@ -114,6 +114,7 @@ def job_to_pb(view: JobView) -> Any:
         crash=j.crash,
         phase=j.phase,
         cost_json=j.cost,
+        wall_s=j.wall_s or 0.0,
     )
     for c in j.contract.checks:
         msg.contract.checks.add(

@@ -40,6 +40,7 @@ from gitmd.service import Service
 from gitmd.store import audit
 
 log = logging.getLogger(__name__)
+MAX_WALL_S = 1e8  # a launcher's wall clock for its command: over three years is not one
 
 _CODES: tuple[tuple[type[GitmdError], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
@@ -185,6 +186,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):
                 scheduler_closes=request.scheduler_closes and caller.acts_for_others,
                 background=request.background,
                 cpus=tuple(request.cpus),
+                # the caller launches the job itself (it registers its own job, as gitmctl run does);
+                # a scheduler registering for a user is not what waits for the job
+                launcher_pid=caller.pid if caller.uid is not None and caller.uid == uid else 0,
             ),
             audit.row(caller.name, caller.uid, "RegisterJob", "ok", detail={"uid": uid, "gid": gid}),
         )
@@ -202,7 +206,9 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         if len(request.metrics) > 32 or any(len(m.values) > 100_000 for m in request.metrics):
             raise InvalidArgumentError("at most 32 stdout metrics of at most 100000 values each")
         metrics = {m.regex[:1000]: [float(v) for v in m.values] for m in request.metrics}
-        view = self.svc.report_exit(job.id, request.exit_code, metrics)
+        if not (0 <= request.wall_s <= MAX_WALL_S):  # NaN fails this too
+            raise InvalidArgumentError(f"wall_s must be 0..{MAX_WALL_S:.0f} seconds")
+        view = self.svc.report_exit(job.id, request.exit_code, metrics, request.wall_s or None)
         self.gate.record(
             caller, "ReportJobExit", "ok", job.id, f"exit {request.exit_code}", job.scheduler_job_id
         )

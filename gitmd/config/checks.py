@@ -167,6 +167,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "session_windows": _int_range(1, 1000),
         "reobserve_every": _int_range(0, 1_000_000),
         "observe_runs": _int_range(1, 1000),
+        "shim_on_resting_runs": _bool,
         "detach_cupti": _bool,
         "ring_records": _int_range(64, 1 << 24),
         "flush_interval_ms": _int_range(10, 60_000),

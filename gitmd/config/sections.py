@@ -88,12 +88,17 @@ class CaptureConfig:
     session_windows: int = 3
     # a recurring program is observed on its first observe_runs runs, then on fewer and fewer:
     # after k observed runs, the next is observed once 2^(k - observe_runs + 1) - 1 runs have gone
-    # unobserved (at most reobserve_every - 1). A run not observed gets no window, so CUPTI never
-    # attaches to it (a short timm training paid 15% a run for its windows, H200 2026-12-04).
+    # unobserved (at most reobserve_every - 1). A run not observed gets no window (a short timm
+    # training paid 15% a run for its windows, H200 2026-12-04).
     # Observed regardless: a run whose workload has a live trial to continue, a live policy that acts
     # through a window, a fleet policy to confirm; launch trials' runs get none anyway. 0: every run
     reobserve_every: int = 32
     observe_runs: int = 2
+    # such a run also goes without the shim (unless it carries a live policy, whose levers act on
+    # the processes the shim names): CUPTI loaded with every activity off still cost a launch-bound
+    # corpus program 16-44% of its GPU time in runs that got no window (cupy-cg, H200 2026-12-04);
+    # its length is then its launcher's clock (jobs.wall_s). true: keep the shim on those runs
+    shim_on_resting_runs: bool = False
     # let the shim detach CUPTI (cuptiFinalize, once) when a process's observation ends, so a
     # launch-bound job pays nothing after it. Off: on the H200 (CUDA 13.0) the finalize raced with
     # another thread's kernel launch inside CUPTI and killed a third-party training job (timm's

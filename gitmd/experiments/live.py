@@ -173,6 +173,22 @@ class ExperimentStore:
             )
             return [_exp(r) for r in rows]
 
+    def stalled(self, workload_id: str, lever: str, runs: int = 2) -> bool:
+        """The workload's latest ``runs`` unfinished trials of ``lever`` each ended with no pair of
+        their own (pairs carried from earlier runs are not theirs): its runs end before a pair of
+        windows fits, so continuing the trial is no reason to observe the next one (flax's 10-s
+        training continued a CPU-placement trial on every run and added nothing, H200 2026-12-04)."""
+        if not workload_id:
+            return False
+        with self.store.reading() as db:
+            rows = db.query(
+                "SELECT e.arms FROM experiments e JOIN jobs j ON j.id = e.job_id WHERE j.workload_id = ? "
+                "AND e.lever = ? AND e.state = 'abandoned' ORDER BY e.id DESC LIMIT ?",
+                [workload_id, lever, runs],
+            )
+            own = [[a for a in json.loads(r["arms"] or "[]") if "from" not in a] for r in rows]
+        return len(own) == runs and not any(pairs_of(a) for a in own)
+
     def workload_levers(self, workload_id: str) -> dict[str, str]:
         """Live levers the workload's earlier runs tried: "reverted" (decided, not kept: never
         tried on it again) or "resumable" (ended with its run undecided: the next run continues it)."""

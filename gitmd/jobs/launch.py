@@ -45,6 +45,10 @@ def find_guard(shim: Path) -> Path | None:
     return guard if guard.is_file() else None
 
 
+# what build_plan adds for the shim (GITM_JOB_ID stays: it names the job to gitmd's sitecustomize)
+SHIM_ENV = ("GITM_JOB_DIR", "CUDA_INJECTION64_PATH", "GITM_RING_RECORDS", "GITM_SHIM_DETACH", "GITM_GUARD")
+
+
 def build_plan(
     job_id: str,
     job_dir: Path | None,

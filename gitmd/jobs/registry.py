@@ -7,6 +7,7 @@ stages extend (launch keys, GPUs, equivalence contracts, exploration).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import pwd
 import re
@@ -66,6 +67,8 @@ class Job:
     # it died by a signal while gitmd had something in force on it, what that was ("" otherwise)
     run_s: float | None = None
     crash: str = ""
+    # its command from exec to exit as its launcher timed it (None: not known, e.g. scheduler-closed)
+    wall_s: float | None = None
     phase: str = ""  # the loop's phase (gitmd/loop/state.py), as last written
     cost: str = ""  # what gitmd cost its run (JSON, gitmd/loop/cost.py); "" : not known
 
@@ -95,6 +98,9 @@ class Registration:
     scheduler_closes: bool = False  # the scheduler reports the end (honoured for scheduler callers)
     background: bool = False  # it yields its GPU to foreground jobs
     cpus: tuple[int, ...] = ()  # the CPUs the job will start on (its launcher's affinity), if said
+    # the registering process (from the kernel, through the caller's token; 0: not local): a job that
+    # runs without the shim is alive while it is (Exits.reap)
+    launcher_pid: int = 0
 
 
 def _row_to_job(r: dict[str, Any]) -> Job:
@@ -124,6 +130,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         steps=r["steps"],
         run_s=r.get("run_s"),
         crash=r.get("crash") or "",
+        wall_s=r.get("wall_s"),
         phase=r.get("phase") or "",
         cost=r.get("cost") or "",
     )
@@ -403,22 +410,39 @@ class JobRegistry:
         return [r[0] for r in rows]
 
     def unobserved_runs_s(
-        self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9
+        self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9, clock: str = "run_s"
     ) -> builtins.list[float]:
-        """The run lengths (jobs.run_s) of the latest ``runs`` runs of ``launch_key`` with this
-        policy that had no capture window and were no launch trial's run (their cost record says
-        arm ""), ended cleanly, less ``exclude``: what the program takes when gitmd only launches it."""
+        """The run lengths of the latest ``runs`` runs of ``launch_key`` with this policy that had no
+        capture window and were no launch trial's run (their cost record says arm ""), ended
+        cleanly, less ``exclude``: what the program takes when gitmd only launches it. ``clock``:
+        "run_s" (CUDA's start to the last exit, from the shim) or "wall_s" (exec to exit, from the
+        launcher; the clock of runs that went without the shim)."""
         if not launch_key:
             return []
+        if clock not in ("run_s", "wall_s"):
+            raise ValueError(f"unknown clock {clock!r}")
         with self.store.reading() as db:
             rows = db.query(
-                "SELECT id, run_s FROM jobs WHERE launch_key = ? AND state = 'exited' AND exit_code = 0 "
-                "AND crash = '' AND run_s > 0 AND windows = 0 AND policy_id = ? "
+                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
+                f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 AND policy_id = ? "
                 "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
                 "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, policy_id, runs + len(exclude)],
             )
-            return [float(r["run_s"]) for r in rows if r["id"] not in exclude][:runs]
+            return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
+
+    def untrace(self, job_id: str, phase: str) -> Job:
+        """A registered job goes without the shim after all (a run the observation backoff leaves
+        unobserved, Launch.register): no ring directory, capture off in its row, its phase (which
+        no window will move on) written. One write."""
+        job = self.get(job_id)
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET capture = 0, runtime_dir = '', phase = ? WHERE id = ?", [phase, job_id]
+            )
+        if job.runtime_dir:
+            shutil.rmtree(job.runtime_dir, ignore_errors=True)
+        return dataclasses.replace(job, capture=False, runtime_dir="", phase=phase)
 
     def plain_runs_s(self, launch_key: str, exclude: set[str], runs: int = 5) -> builtins.list[float]:
         """The run lengths by their own clock (jobs.run_s) of the latest ``runs`` runs of
@@ -459,19 +483,21 @@ class JobRegistry:
         run_s: float | None = None,
         crash: str = "",
         cost: str = "",
+        wall_s: float | None = None,
     ) -> Job:
         """The job ended: its state, exit code and what its run came to (windows, policy, steps, its
-        length by its own clock, a crash that may be gitmd's)."""
+        length by its own clock and by its launcher's, a crash that may be gitmd's)."""
         job = self.get(job_id)
         if job.id != job_id:
             raise NotFoundError(f"no job with id {job_id!r}")
         values = {"state": state, "ended": time.time_ns(), "code": exit_code, "windows": windows,
                   "policy": policy_id, "steps": steps, "run_s": run_s, "crash": crash, "cost": cost,
-                  "id": job_id}  # fmt: skip
+                  "wall_s": wall_s, "id": job_id}  # fmt: skip
         with self.store.transaction() as db:
             db.execute(
                 "UPDATE jobs SET state = :state, ended_ns = :ended, exit_code = :code, windows = :windows, "
                 "policy_id = :policy, steps = :steps, run_s = COALESCE(:run_s, run_s), "
+                "wall_s = COALESCE(:wall_s, wall_s), "
                 "crash = CASE WHEN :crash = '' THEN crash ELSE :crash END, "
                 "cost = CASE WHEN :cost = '' THEN cost ELSE :cost END WHERE id = :id",
                 values,

@@ -9,10 +9,13 @@
   the run's own clock, when slower (null when there are no plain runs to compare with);
 - ``observation_s``: measured — an observed run (one with windows) against the same program's
   latest runs with the same policy that had none and were no trial's (capture.reobserve_every makes
-  them), by their length from CUDA's start to the last exit, when slower; 0 for a run with no window;
-  null when fewer than OBSERVATION_BASE such runs exist. Where known it replaces the capture model
-  and the losing arms (it holds them: it measures what the windows, the trials in them and the
-  CUPTI they leave attached really cost; the model only counts launches inside windows);
+  them), when slower; 0 for a run with no window; null when fewer than OBSERVATION_BASE such runs
+  exist. By the launcher's clock (exec to exit, ``clock`` "wall_s") where the run and its baseline
+  have it: the runs without a window go without the shim, so that is the clock they share;
+  otherwise by the runs' length from CUDA's start to the last exit ("run_s"). Where known it
+  replaces the capture model and the losing arms (it holds them: it measures what the windows,
+  the trials in them and the CUPTI they leave attached really cost; the model only counts launches
+  inside windows);
 - ``arm``: the launch trial arm the run was ("A", "B") or "";
 - ``measured_share``: the measured parts over the run's length, and ``share`` the model's part with
   them; each null when a part or the run's length is not known (never a guess).
@@ -76,8 +79,24 @@ def exploration_left(
     )
 
 
-def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
-    """The ending job's cost record (JSON), from what the loop holds of it and the store."""
+def observation_of(
+    d: Deps, job: Any, policy_id: int, run_s: float | None, wall_s: float | None
+) -> tuple[float | None, str]:
+    """What an observed run cost against the program's runs without a window, and the clock it was
+    measured on (see the module's ``observation_s``); None when fewer than OBSERVATION_BASE such
+    runs are known on either clock."""
+    for clock, mine in (("wall_s", wall_s), ("run_s", run_s)):
+        if not mine:
+            continue
+        base = d.jobs.unobserved_runs_s(job.launch_key, policy_id, {job.id}, clock=clock)
+        if len(base) >= OBSERVATION_BASE:
+            return max(0.0, mine - statistics.median(base)), clock
+    return None, ""
+
+
+def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: float | None = None) -> str:
+    """The ending job's cost record (JSON), from what the loop holds of it and the store. ``run_s``:
+    its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported)."""
     st = d.states.get(job_id)
     if st is None:
         return ""
@@ -93,14 +112,14 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
             plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
             trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
     observation: float | None = 0.0
-    if windows and run_s:
-        base = d.jobs.unobserved_runs_s(job.launch_key, st.policy_id, {job_id})
-        observation = max(0.0, run_s - statistics.median(base)) if len(base) >= OBSERVATION_BASE else None
-    elif windows:
-        observation = None
+    clock = ""
+    if windows:
+        observation, clock = observation_of(d, job, st.policy_id, run_s, wall_s)
     # the observed run's whole excess, its live trials' losing arms in it, where it is known
     lost = arms if observation is None or not windows else observation
-    measured = None if trial_arm is None or not run_s else (lost + trial_arm) / run_s
+    # the run's length on the clock its excess was measured on (the shim's where it had one)
+    length = wall_s if clock == "wall_s" else run_s or (wall_s if not windows else None)
+    measured = None if trial_arm is None or not length else (lost + trial_arm) / length
     model = st.window_model_s if observation is None else 0.0  # measured where it can be
     doc: dict[str, Any] = {
         "windows": windows,
@@ -110,8 +129,10 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int) -> str:
         "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
         "observation_s": None if observation is None else round(observation, 3),
         "arm": arm or "",
+        "observation_clock": clock or None,
         "run_s": run_s,
+        "wall_s": None if wall_s is None else round(wall_s, 3),
         "measured_share": None if measured is None else round(measured, 4),
-        "share": None if measured is None or not run_s else round(measured + model / run_s, 4),
+        "share": None if measured is None or not length else round(measured + model / length, 4),
     }
     return json.dumps(doc, sort_keys=True)

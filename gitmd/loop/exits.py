@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any
 
+from gitmd.jobs.liveness import start_ticks
 from gitmd.jobs.registry import Job
 from gitmd.loop.attribute import Attribute
 from gitmd.loop.cost import run_cost
@@ -79,8 +80,15 @@ class Exits:
         )  # fmt: skip
         return why
 
-    def exited(self, job_id: str, exit_code: int, metrics: dict[str, list[float]] | None = None) -> JobView:
-        """The launcher (or the scheduler) reports the job's end."""
+    def exited(
+        self,
+        job_id: str,
+        exit_code: int,
+        metrics: dict[str, list[float]] | None = None,
+        wall_s: float | None = None,
+    ) -> JobView:
+        """The launcher (or the scheduler) reports the job's end; ``wall_s``: the command from exec
+        to exit as the launcher timed it (None: not known)."""
         d = self.d
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
@@ -91,8 +99,10 @@ class Exits:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)
         out = self.outcome(job_id)
-        cost = self.cost(job_id, run_s, out["windows"])
-        view = self.ended(d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, **out))
+        cost = self.cost(job_id, run_s, out["windows"], wall_s)
+        view = self.ended(
+            d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, wall_s=wall_s, **out)
+        )
         job = view.job
         if exit_code == 0 and not job.capture and d.crashes.clear(job.workload_id, job.launch_key):
             log.info("job %s (%s) ran clean without gitmd's capture: capture resumes for its program",
@@ -120,6 +130,10 @@ class Exits:
                 if now_ns - st.all_dead_since < REAP_AFTER_S * 1e9:
                     continue
                 why = "all its processes ended and no launcher reported"
+            elif (launcher := self.launcher(job.id)) is not None:
+                if launcher:
+                    continue  # a job without the shim whose launcher waits for it: its report will come
+                why = "it ran without the shim and its launcher ended without reporting"
             elif now_ns - job.created_ns < EXPIRE_UNSTARTED_S * 1e9:
                 continue
             else:
@@ -137,6 +151,15 @@ class Exits:
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
+
+    def launcher(self, job_id: str) -> bool | None:
+        """For a job without the shim whose launcher is known: whether that process (its pid with
+        its start time) still runs. None: not known (a job with the shim, or after a restart)."""
+        st = self.d.states.get(job_id)
+        if st is None or st.launcher is None:
+            return None
+        pid, ticks = st.launcher
+        return start_ticks(pid) == ticks
 
     def untrack(self, job_id: str) -> None:
         """Its capture closed, and what only a running job needs dropped (its windows' analysis);
@@ -167,10 +190,10 @@ class Exits:
             "steps": json.dumps(dataclasses.asdict(steps)) if steps is not None else job.steps,
         }
 
-    def cost(self, job_id: str, run_s: float | None, windows: int) -> str:
+    def cost(self, job_id: str, run_s: float | None, windows: int, wall_s: float | None = None) -> str:
         """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end."""
         try:
-            cost = run_cost(self.d, job_id, run_s, windows)
+            cost = run_cost(self.d, job_id, run_s, windows, wall_s)
         except Exception:
             log.exception("what gitmd cost job %s could not be worked out", job_id)
             return ""

@@ -8,15 +8,16 @@ import logging
 from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
-from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
 from gitmd.jobs.launch_key import launch_key, owned
+from gitmd.jobs.liveness import start_ticks
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import Observe
 from gitmd.loop.publish import Publisher
-from gitmd.loop.state import LivePending
+from gitmd.loop.state import LivePending, Phase
 from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
 from gitmd.store.library import Workload
@@ -67,6 +68,18 @@ class Launch:
         workload = found.get("w")
         if workload is not None:
             plan = self._known(job, reg, workload, plan)
+        rest = self.observe.rests(job, plan) if plan.capture and d.capture is not None else ""
+        if rest and st.live is None and not d.config.capture.shim_on_resting_runs:
+            # no window will open on this run and no live lever needs its processes named: it goes
+            # without the shim, so CUPTI is not even loaded into it (loaded with every activity off
+            # it still cost a launch-bound program 16-44%; H200 2026-12-04)
+            st.phase = Phase.OBSERVED
+            job = d.jobs.untrace(job.id, st.phase.value)
+            plan = dataclasses.replace(
+                plan, env={k: v for k, v in plan.env.items() if k not in SHIM_ENV}, capture=False
+            )
+            st.resting, st.observed = f"{rest}; it runs without the shim", True
+            log.info("job %s (%s): %s", job.id, job.name, st.resting)
         if reg.gpus:
             # --gpus selects: the job sees those GPUs only, named by UUID (nvidia-smi's indices and
             # CUDA's enumeration order may differ; a UUID is the same GPU to both)
@@ -88,10 +101,13 @@ class Launch:
                     f"({suspect.reason}); capture resumes once a run ends cleanly without it",
                 ),
             )
+        if not plan.capture and reg.launcher_pid > 0:
+            ticks = start_ticks(reg.launcher_pid)
+            if ticks is not None:
+                st.launcher = (reg.launcher_pid, ticks)  # no ring will show it alive: its launcher does
         if plan.capture and d.capture is not None:
             st.captured = True
             d.capture.track(job.id, Path(job.runtime_dir))
-            rest = self.observe.rests(job, plan)
             why = "" if rest else self.observe.settles(job, plan)
             if rest:
                 st.resting, st.observed = rest, True

@@ -69,9 +69,10 @@ class Observe:
         (capture.reobserve_every, observe_runs). Windows cost a run whatever they find (from its first
         one CUPTI stays attached: a short timm training lost 15% a run, H200 2026-12-04); once its
         causes are known and its levers tried, observing every run only costs. Observed regardless:
-        a run that continues a live trial of its workload, carries a live policy that acts through a
-        window or a fleet policy to confirm, and every run while observe_runs runs are not yet seen.
-        A launch trial's run gets no window anyway."""
+        a run that continues a live trial of its workload (unless that trial's last two runs added
+        no pair: ExperimentStore.stalled), carries a live policy that acts through a window or a
+        fleet policy to confirm, and every run while observe_runs runs are not yet seen. A launch
+        trial's run gets no window anyway. A resting run goes without the shim (Launch.register)."""
         c = self.d.config.capture
         if c.reobserve_every <= 0 or plan.trial or not job.launch_key:
             return ""
@@ -91,11 +92,13 @@ class Observe:
         if ex.enabled and job.allow_exploration and not self.pub.known(job.id):
             for lever, (state, tried_ns) in self.d.experiments.workload_trials(job.workload_id).items():
                 # a live trial an earlier run ended before deciding: this run continues it, unless
-                # two observed runs since did not (its cause gone): then it waits for the backoff
+                # two observed runs since did not (its cause gone), or its last two runs each ended
+                # before a pair of its own (runs too short for it): then it waits for the backoff
                 if (
                     state == "resumable"
                     and lever in ex.live_levers
                     and self.d.jobs.observed_between(job.launch_key, tried_ns, job.created_ns) < 2
+                    and not self.d.experiments.stalled(job.workload_id, lever)
                 ):
                     return ""
         if job.workload_id and self.d.library.contract(job.workload_id, job.uid)[1] > last_ns:

@@ -61,7 +61,7 @@ class Publisher:
         """The job's phase written to its row when it changed ("" for a job gitmd holds no state
         of, or that runs without the shim). Called where the loop moves a job on, and from views."""
         st = self.d.states.get(job_id)
-        if st is None or not st.captured:
+        if st is None or not (st.captured or st.resting):
             return ""
         with st.phase_lock:
             phase = self.phase(job_id)

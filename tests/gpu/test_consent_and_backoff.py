@@ -82,10 +82,16 @@ def test_a_recurring_program_is_observed_on_runs_1_2_4_and_8(daemon_factory: Any
             job = json.loads(ctl(d, "job", job_of(r.stderr), "--json").stdout)
             cost = json.loads(job.get("cost_json") or "{}")
             runs.append({"run": i + 1, "windows": job.get("windows", 0), "run_s": job.get("run_s"),
+                         "wall_s": job.get("wall_s"), "capture": job.get("capture", False),
                          "cost": cost, "result": r.stdout.split()[-3:]})  # fmt: skip
         out("backoff-runs.json", runs)
         observed = [x["run"] for x in runs if x["windows"]]
         assert observed == [1, 2, 4, 8], runs
-        assert runs[7]["cost"].get("observation_s") is not None, runs[7]  # against runs 3, 5, 6, 7
+        # the runs left unobserved went without the shim (CUPTI not loaded), timed by gitmctl
+        assert [x["run"] for x in runs if not x["capture"]] == [3, 5, 6, 7], runs
+        assert all(x["wall_s"] and x["wall_s"] > 0 for x in runs), runs
+        # run 8's observation measured against runs 3, 5, 6, 7 on the clock they share
+        assert runs[7]["cost"].get("observation_s") is not None, runs[7]
+        assert runs[7]["cost"].get("observation_clock") == "wall_s", runs[7]
     finally:
         keep_log(d, "gitmd-backoff.log")

@@ -53,6 +53,13 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
     assert all(x["ratio"] and x["ratio"] > 0 and x["cost"] is not None for x in doc["runs"])
     assert doc["summary"]["first_policy_run"] is None and doc["summary"]["delivered_speedup"] is None
     assert doc["summary"]["violations"] == 0 and doc["half"] == "unsplit"
+    # each run carries gitmd's own record of its job (joined in order), and the daemon's log is kept
+    jobs = [x["job"] for x in doc["runs"]]
+    assert all(j and j["exit_code"] == 0 and j["id"] for j in jobs) and len({j["id"] for j in jobs}) == 2
+    assert all(isinstance(j["windows"], int) and "cost" in j for j in jobs)
+    # gitmctl run timed each run from exec to exit and reported it: the run's length without a shim
+    assert all(0 < j["wall_s"] <= x["gitmd"]["wall_s"] + 0.01 for j, x in zip(jobs, doc["runs"], strict=True))
+    assert (out / "logs" / "toy-gitmd.log").stat().st_size > 0
     lever = doc["oracle"]["levers"]["cuda_device_max_connections"]
     assert lever["env"] and lever["outputs_held"]
     # the best setting: the lever when it beat the program as it is, else none ("plain", 1.0)
@@ -69,3 +76,22 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
     (row,) = json.loads((short_tmp / "results" / "corpus-latest.json").read_text())["programs"]
     assert row["name"] == "toy" and row["oracle_speedup"] == doc["summary"]["oracle_speedup"]
     assert row["delivered_speedup"] is None and row["raw"].endswith("corpus-toy.json")
+
+
+def test_a_spent_budget_runs_nothing_more_and_says_so(short_tmp: Path) -> None:
+    src = short_tmp / "src" / "acme+toy"
+    src.mkdir(parents=True)
+    (src / "toy.py").write_text(PROG)
+    manifest = short_tmp / "corpus" / "manifest.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST)
+    out = short_tmp / "results" / "2026-12-04-corpus-test"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "2",
+         "--oracle-levers", "none", "--out", str(out), "--manifest", str(manifest),
+         "--src", str(short_tmp / "src"), "--backend", "sim", "--budget-s", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "toy: not run (budget spent)" in r.stdout
+    assert not (out / "corpus-toy.json").exists()  # nothing measured: no raw file claims otherwise

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from gitmd.capture import capture_file
@@ -334,6 +335,16 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
     ), r
     (job,) = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
     assert job["gpus"] == [0, 1] and job["scheduler_job_id"] == "slurm-77" and not job["allow_exploration"]
+    assert 0 < job["wall_s"] < 60  # gitmctl run timed its command from exec to exit and said so
+    # a launcher's wall clock that cannot be one is refused, and the job's record is unchanged
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    stub = pb_grpc.GitmdStub(open_channel(daemon.socket))
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.ReportJobExit(pb.ReportJobExitRequest(job_id=job["id"], exit_code=0, wall_s=-1.0), timeout=10)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "wall_s" in str(bad.value.details())
+    assert ctl_json(daemon.socket, "jobs", "--all")["jobs"][0]["wall_s"] == job["wall_s"]
     kinds = [c["kind"] for c in job["contract"]["checks"]]
     assert kinds == ["stdout_metric", "output_file", "exit_status"]
     assert job["contract"]["checks"][1]["path"] == str(short_tmp / "out.bin") and job["user"]

@@ -93,3 +93,33 @@ def test_what_observing_a_run_cost_is_measured_against_the_programs_runs_without
     svc2.capture.get(v.job.id).windows = 1  # type: ignore[union-attr]
     c = json.loads(svc2.report_exit(v.job.id, 0).job.cost)
     assert c["observation_s"] is None and c["share"] is not None and c["share"] > c["measured_share"]
+
+
+def test_runs_without_the_shim_are_measured_by_their_launchers_clock(tmp_path: Path) -> None:
+    """The observation backoff's resting runs go without the shim (no CUDA-lifetime clock): the
+    launcher's exec-to-exit time (ReportJobExit.wall_s) is their length, and an observed run's cost is
+    measured on that clock against them when it has it too; with the shim's clock only, on that."""
+    svc = make_service(tmp_path)
+    window = capture_file.loads((PLANTED.parent / "late-kernels" / "3.npz").read_bytes())
+    svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]  # no shim: no ring
+
+    def run(wall_s: float | None, observed: bool = False, run_s: float | None = None) -> dict[str, object]:
+        v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+        svc.loop.exits.run_s = lambda job_id: run_s  # type: ignore[method-assign]
+        if observed:
+            svc.loop.observe.after_window(dataclasses.replace(window, job_id=v.job.id))
+            svc.capture.get(v.job.id).windows = 1  # type: ignore[union-attr]
+        ended = svc.report_exit(v.job.id, 0, wall_s=wall_s)
+        assert ended.job.wall_s == wall_s
+        return json.loads(ended.job.cost)  # type: ignore[no-any-return]
+
+    for w in (12.0, 12.4, 11.8):
+        c = run(w)
+        assert c["observation_s"] == 0.0 and c["share"] == 0.0 and c["wall_s"] == w and c["run_s"] is None
+    c = run(13.6, observed=True, run_s=9.0)  # its shim's clock says 9 s, its launcher's 13.6 s
+    assert c["observation_clock"] == "wall_s" and abs(c["observation_s"] - 1.6) < 1e-6  # type: ignore[operator]
+    assert abs(c["measured_share"] - 1.6 / 13.6) < 1e-3  # type: ignore[operator]
+    # an observed run its launcher did not time (a scheduler closed it): the shim's clock, whose
+    # baseline (runs without a window with run_s) is missing here: not known, never guessed
+    c = run(None, observed=True, run_s=9.0)
+    assert c["observation_s"] is None and c["observation_clock"] is None

@@ -3,6 +3,7 @@ told apart, what gitmd held of it kept in the store and dropped from memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from collections.abc import Callable
@@ -37,6 +38,27 @@ def test_reaper_expires_jobs_that_never_started(tmp_path: Path) -> None:
     t0 = view.job.created_ns
     assert svc.reap(t0 + int(10 * 1e9)) == []
     assert svc.reap(t0 + int((EXPIRE_UNSTARTED_S + 1) * 1e9)) == [view.job.id]
+
+
+def test_a_job_without_the_shim_lives_as_long_as_its_launcher(tmp_path: Path) -> None:
+    """A run without the shim (--no-capture, or one the observation backoff leaves resting) has no
+    ring to show it alive: it is not expired while its launcher (the registering process, its pid
+    with its start time) runs, and is lost once that has ended without reporting."""
+    svc = make_service(tmp_path)
+    launcher = subprocess.Popen(["sleep", "60"])
+    try:
+        reg = Registration("long", ("prog",), "/", os.getuid(), os.getgid(), capture=False)
+        view, plan = svc.register_job(dataclasses.replace(reg, launcher_pid=launcher.pid))
+        assert not plan.capture
+        later = view.job.created_ns + int((EXPIRE_UNSTARTED_S + 3600) * 1e9)
+        assert svc.reap(later) == []  # hours on: its launcher still waits for it
+        launcher.kill()
+        launcher.wait()
+        assert svc.reap(later) == [view.job.id]
+        assert svc.get_job(view.job.id).job.state == "lost"
+    finally:
+        launcher.kill()
+        launcher.wait()
 
 
 def test_a_live_job_is_never_reaped(tmp_path: Path, write_ring: Callable[..., Path]) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from gitmd.capture import capture_file, duty
 from gitmd.config import ExperimentsConfig
-from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
 from gitmd.jobs.registry import Registration
 from gitmd.loop.state import LivePending
 from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, recurring, set_config
@@ -152,10 +152,19 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     def run() -> tuple[str, bool]:
         """A run of the program, its duty tick, its end; whether it was observed (got a window)."""
         v, plan = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
-        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
-        path.write_bytes((template / "ring-1-1.gitm").read_bytes())
-        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
-            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
+        if svc.states.of(v.job.id).resting:
+            # no window will open: it goes without the shim, so CUPTI is not even loaded into it
+            # (loaded with every activity off it cost a launch-bound program 16-44%, H200)
+            assert "runs without the shim" in svc.states.of(v.job.id).resting
+            assert not plan.capture and not set(SHIM_ENV) & set(plan.env) and plan.env["GITM_JOB_ID"]
+            stored = svc.jobs.get(v.job.id)
+            assert not stored.capture and stored.runtime_dir == ""
+        else:
+            assert plan.capture
+            path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+            path.write_bytes((template / "ring-1-1.gitm").read_bytes())
+            with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+                MAPPINGS.append(mmap.mmap(f.fileno(), 0))
         submitted.clear()
         svc.duty_cycle()
         observed = submitted == [v.job.id]
@@ -171,6 +180,18 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
 
     seen = [run()[1] for _ in range(20)]
     assert [i + 1 for i, o in enumerate(seen) if o] == [1, 2, 4, 8, 16]
+    # a resting run's phase is kept all the same, and what it cost it is 0 on its launcher's clock
+    rested = [j for j in svc.jobs.list(include_exited=True) if not j.capture]
+    assert len(rested) == 15 and all(j.phase == "observed" for j in rested)
+    # the operator may keep the shim on resting runs (capture.shim_on_resting_runs)
+    keep = dataclasses.replace(svc.config.capture, shim_on_resting_runs=True)
+    set_config(svc, dataclasses.replace(svc.config, capture=keep))
+    v, plan = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
+    assert svc.states.of(v.job.id).resting and plan.capture and "CUDA_INJECTION64_PATH" in plan.env
+    svc.report_exit(v.job.id, 0)
+    set_config(
+        svc, dataclasses.replace(svc.config, capture=dataclasses.replace(keep, shim_on_resting_runs=False))
+    )
     # the next run (21st: not due) says why it has no window (explain shows it as a note)
     v, _ = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
     st = svc.states.of(v.job.id)
@@ -189,7 +210,11 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     just_before = job.created_ns - 1
     svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", just_before)}  # type: ignore[method-assign]
     assert rests(job, LaunchPlan({}, ())) == ""
-    # ... unless two observed runs since did not continue it (its cause gone): the backoff decides
+    # ... unless its last two runs each ended before a pair of their own (runs too short for it)
+    svc.experiments.stalled = lambda wid, lever: True  # type: ignore[method-assign]
+    assert rests(job, LaunchPlan({}, ()))
+    svc.experiments.stalled = lambda wid, lever: False  # type: ignore[method-assign]
+    # ... or two observed runs since did not continue it (its cause gone): the backoff decides
     svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", 0)}  # type: ignore[method-assign]
     assert rests(job, LaunchPlan({}, ()))
     svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("reverted", just_before)}  # type: ignore[method-assign]

@@ -170,6 +170,7 @@ def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path)
         assert not second.run().promote
         assert exps.get(first.exp.id).decision["continued_in"] == second.exp.id
         assert [e.id for e in exps.resumable("w1", "cpu_affinity")] == [second.exp.id]
+        assert not exps.stalled("w1", "cpu_affinity")  # each run added a pair: worth observing the next
         # the third run measures the last two pairs and decides on all four
         third = trial(run_of_workload(), [9.9, 4.9, 5.05, 10.1], exps.resumable("w1", "cpu_affinity"))
         d = third.run()
@@ -182,6 +183,21 @@ def test_a_live_trial_its_job_ended_is_continued_by_the_next_run(tmp_path: Path)
         fourth = trial(run_of_workload(), [5.0, 10.0, 10.1, 5.0], [])
         assert not fourth.run().promote and exps.get(fourth.exp.id).state == "reverted"
         assert exps.workload_levers("w1") == {"cpu_affinity": "reverted"}
+
+        # runs too short for a pair (flax's 10-s training, H200 2026-12-04): one that ended after its
+        # A window, then one that ended before any; the trial stays resumable, but stalled: its
+        # continuing is no reason to observe the next run (Observe.rests)
+        def run_of(workload: str) -> str:
+            job_id = run_of_workload()
+            svc.jobs.set_workload(job_id, workload)
+            return job_id
+
+        trial(run_of("w2"), [10.0, None], []).run()
+        assert not exps.stalled("w2", "cpu_affinity")  # one run alone says nothing yet
+        trial(run_of("w2"), [None], exps.resumable("w2", "cpu_affinity")).run()
+        assert exps.workload_levers("w2") == {"cpu_affinity": "resumable"} and exps.stalled(
+            "w2", "cpu_affinity"
+        )
     finally:
         child.kill()
         child.wait()
