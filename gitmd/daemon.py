@@ -76,7 +76,7 @@ class Daemon:
         from gitmd.auth.peer import CredentialServer
         from gitmd.auth.tokens import TokenAuthority
         from gitmd.experiments.interventions import Interventions
-        from gitmd.experiments.live import ExperimentStore
+        from gitmd.experiments.live import RESTARTED, ExperimentStore
         from gitmd.experiments.runs import LaunchTrials
         from gitmd.metrics import MetricsServer, build_registry
         from gitmd.service import Service
@@ -128,7 +128,7 @@ class Daemon:
             # Before anything is served: whatever a previous gitmd applied and never promoted is
             # reverted (it may have been killed in the middle of an experiment).
             Interventions(store, backend).recover()
-            ExperimentStore(store).abandon_unfinished("gitmd restarted in the middle of it")
+            ExperimentStore(store).abandon_unfinished(RESTARTED)
             LaunchTrials(store).close_open_runs("gitmd restarted during the run")
 
             capture = self._capture_manager(backend)

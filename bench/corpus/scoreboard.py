@@ -39,7 +39,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.crash_soak import CONFIG, CORPUS, PY, Program, corpus_programs, jobs_by_name, run_once  # noqa: E402
+from bench.crash_soak import (  # noqa: E402
+    CONFIG,
+    CORPUS,
+    PY,
+    Program,
+    corpus_programs,
+    jobs_by_name,
+    library,
+    run_once,
+)
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
 from gitmd.experiments.decide import speedup_interval  # noqa: E402
@@ -183,6 +192,26 @@ def job_record(j: Any) -> dict[str, Any]:
     }
 
 
+def experiments(g: Gitmd, job_id: str) -> list[dict[str, Any]]:
+    """The live trials gitmd ran on the job: lever, setting, state, pairs (carried ones included),
+    the arms' step times in order, and its decision."""
+    resp = g.stub().GetExperiment(pb.GetExperimentRequest(job_id=job_id), timeout=30)
+    return [
+        {
+            "id": e.id,
+            "lever": e.lever,
+            "setting": e.setting_json,
+            "cause": e.cause,
+            "state": e.state,
+            "pairs": e.pairs,
+            "arms": [[a.arm, a.step_ms if a.HasField("step_ms") else None] for a in e.arms],
+            "speedup": e.speedup if e.HasField("speedup") else None,
+            "reason": e.reason,
+        }
+        for e in resp.experiments
+    ]
+
+
 def attach_jobs(p: Program, g: Gitmd, runs: list[dict]) -> None:
     """Each run's gitmd record, joined by order of registration (the scoreboard's runs are sequential:
     the i-th job named corpus-<program> is run i's). A run whose gitmctl never registered leaves the
@@ -199,6 +228,10 @@ def attach_jobs(p: Program, g: Gitmd, runs: list[dict]) -> None:
         return
     for r, j in zip(runs, jobs, strict=True):
         r["job"] = job_record(j)
+        try:
+            r["job"]["experiments"] = experiments(g, j.id)
+        except Exception as e:  # extra evidence, as above
+            r["job"]["experiments"] = f"GetExperiment failed: {e}"
 
 
 def summarise(runs: list[dict]) -> dict[str, Any]:
@@ -270,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, set(meta[name].get("needs", [])))
             runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s, deadline)
             attach_jobs(p, g, runs)
+            try:
+                learned: list[dict[str, Any]] | str = library(g)  # policies and launch trials
+            except Exception as e:  # extra evidence: its absence is written down
+                learned = f"library failed: {e}"
             for r in runs:
                 j = r.get("job") or {}
                 share = (j.get("cost") or {}).get("share")
@@ -291,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             "clock": p.clock or "wall",
             "oracle": orc,
             "runs_asked": a.runs,
+            "library": learned,
             "runs": runs,
             "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
         }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Rebuild bench/results/corpus-latest.json from every raw corpus file under bench/results
 (`corpus-<program>.json`, written by bench/corpus/scoreboard.py): per program its latest
-measurement. Nothing is estimated: a figure its raw file does not hold is null. Programs of the
-manifest never measured are listed with `measured_at` null.
+measurement, and its latest measured oracle (`oracle_raw`: the file it came from, which may be an
+older one). Nothing is estimated: a figure no raw file holds is null. Programs of the manifest
+never measured are listed with `measured_at` null.
 
     python3 bench/corpus/summary.py [--results bench/results] [--out bench/results/corpus-latest.json]
 """
@@ -27,6 +28,8 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     split = manifest.parent / "split.toml"
     halves = tomllib.loads(split.read_text()).get("program", {}) if split.exists() else {}
     latest: dict[str, tuple[tuple[str, str], dict[str, Any], str]] = {}
+    # the latest measured oracle of each program (a later file may have skipped it: not measured there)
+    oracles: dict[str, tuple[tuple[str, str], float, str]] = {}
     for f in sorted(results.rglob("corpus-*.json")):
         if f.name == "corpus-latest.json":
             continue
@@ -34,8 +37,13 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
         if not isinstance(doc, dict) or "program" not in doc or "summary" not in doc:
             continue  # not a scoreboard file (bench/corpus/verify.py's corpus-verify.json)
         when = (doc["measured_at"]["date"], str(f))
+        raw = str(f.relative_to(results.parent))
         if doc["program"] not in latest or when > latest[doc["program"]][0]:
-            latest[doc["program"]] = (when, doc, str(f.relative_to(results.parent)))
+            latest[doc["program"]] = (when, doc, raw)
+        if doc["summary"].get("oracle_speedup") is not None:
+            old = oracles.get(doc["program"])
+            if old is None or when > old[0]:
+                oracles[doc["program"]] = (when, doc["summary"]["oracle_speedup"], raw)
     out = []
     for e in programs:
         name = e["name"]
@@ -49,6 +57,10 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row.update({k: None for k in FIELDS})
             row["measured_at"] = None
             row["raw"] = None
+        row["oracle_raw"] = row["oracle_measured_on"] = None
+        if name in oracles:  # the newest oracle measured, from its own file
+            (date, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]
+            row["oracle_measured_on"] = date
         out.append(row)
     return out
 

@@ -28,6 +28,7 @@ from gitmd.store.db import Store
 
 log = logging.getLogger(__name__)
 
+RESTARTED = "gitmd restarted in the middle of it"  # an unfinished trial's reason after a restart
 STATES = ("planned", "baseline", "treatment", "decided", "promoted", "reverted", "abandoned", "failed")
 
 
@@ -181,10 +182,14 @@ class ExperimentStore:
         if not workload_id:
             return False
         with self.store.reading() as db:
+            # by its runs' order (as workload_trials); a trial gitmd's own restart cut short says
+            # nothing about the runs' length
             rows = db.query(
                 "SELECT e.arms FROM experiments e JOIN jobs j ON j.id = e.job_id WHERE j.workload_id = ? "
-                "AND e.lever = ? AND e.state = 'abandoned' ORDER BY e.id DESC LIMIT ?",
-                [workload_id, lever, runs],
+                "AND e.lever = ? AND e.state = 'abandoned' "
+                "AND COALESCE(json_extract(e.decision, '$.reason'), '') != ? "
+                "ORDER BY j.created_ns DESC, e.id DESC LIMIT ?",
+                [workload_id, lever, RESTARTED, runs],
             )
             own = [[a for a in json.loads(r["arms"] or "[]") if "from" not in a] for r in rows]
         return len(own) == runs and not any(pairs_of(a) for a in own)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pwd
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +81,35 @@ def describe(
     )
 
 
-def untracked(samples: list[GpuSample], tracked_pids: set[int], own_pid: int) -> list[UntrackedProcess]:
+def shimless_job_of(pid: int, shimless: Mapping[str, int], proc: Path = Path("/proc")) -> str:
+    """The running job without the shim (``shimless``: job id -> its uid) that this process is a
+    run of: its environment names the job (GITM_JOB_ID, as gitmctl run sets it) and it runs as that
+    job's user (an environment is the user's to write: a process of another user naming the job is
+    not its). "" : none."""
+    env = _read(proc / str(pid) / "environ")
+    if not env or not shimless:
+        return ""
+    named = (v[12:].decode(errors="replace") for v in env.split(b"\0") if v.startswith(b"GITM_JOB_ID="))
+    job = next(named, "")
+    if job not in shimless:
+        return ""
+    for line in (_read(proc / str(pid) / "status") or b"").decode(errors="replace").splitlines():
+        if line.startswith("Uid:"):
+            return job if int(line.split()[1]) == shimless[job] else ""
+    return ""
+
+
+def untracked(
+    samples: list[GpuSample], tracked_pids: set[int], own_pid: int, shimless: Mapping[str, int] | None = None
+) -> list[UntrackedProcess]:
+    """GPU processes no job accounts for. ``shimless``: the running jobs gitmd launched without the
+    shim (a run the observation backoff leaves unobserved), job id -> uid: their processes are theirs."""
     out = []
     for s in samples:
         for p in s.processes:
             if p.pid in tracked_pids or p.pid == own_pid:
+                continue
+            if shimless and shimless_job_of(p.pid, shimless):
                 continue
             out.append(describe(p.pid, s.gpu_index, p.used_memory_bytes, p.name))
     return out

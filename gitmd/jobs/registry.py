@@ -24,6 +24,7 @@ from gitmd.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedE
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
 from gitmd.jobs.launch_key import default_name, launch_key, owned
+from gitmd.jobs.liveness import start_ticks
 from gitmd.store import audit
 from gitmd.store.db import Store
 
@@ -69,6 +70,9 @@ class Job:
     crash: str = ""
     # its command from exec to exit as its launcher timed it (None: not known, e.g. scheduler-closed)
     wall_s: float | None = None
+    # the process that registered it and waits for it (pid, start ticks; (0, 0): not known): a job
+    # without the shim is alive while it is (Exits.reap)
+    launcher: tuple[int, int] = (0, 0)
     phase: str = ""  # the loop's phase (gitmd/loop/state.py), as last written
     cost: str = ""  # what gitmd cost its run (JSON, gitmd/loop/cost.py); "" : not known
 
@@ -103,6 +107,14 @@ class Registration:
     launcher_pid: int = 0
 
 
+def launcher_of(pid: int) -> tuple[int, int]:
+    """The registering process that waits for the job, (pid, start ticks); (0, 0) when it is not
+    known: not local, not the job's own user (Registration.launcher_pid), or not visible here
+    (another PID namespace, hidepid)."""
+    ticks = start_ticks(pid) if pid > 0 else None
+    return (0, 0) if ticks is None else (pid, ticks)
+
+
 def _row_to_job(r: dict[str, Any]) -> Job:
     return Job(
         id=r["id"],
@@ -131,6 +143,7 @@ def _row_to_job(r: dict[str, Any]) -> Job:
         run_s=r.get("run_s"),
         crash=r.get("crash") or "",
         wall_s=r.get("wall_s"),
+        launcher=(int(r.get("launcher_pid") or 0), int(r.get("launcher_ticks") or 0)),
         phase=r.get("phase") or "",
         cost=r.get("cost") or "",
     )
@@ -288,6 +301,7 @@ class JobRegistry:
             scheduler_job_id=reg.scheduler_job_id,
             scheduler_closes=reg.scheduler_closes,
             background=reg.background,
+            launcher=launcher_of(reg.launcher_pid),
         )
         with self.store.transaction() as db:
             # A plain prepared INSERT: sqlite-utils' insert() looks the table up in sqlite_master and
@@ -313,6 +327,8 @@ class JobRegistry:
                     "scheduler_job_id": reg.scheduler_job_id,
                     "scheduler_closes": int(reg.scheduler_closes),
                     "background": int(reg.background),
+                    "launcher_pid": job.launcher[0],
+                    "launcher_ticks": job.launcher[1],
                 },
             )
             if audit_row is not None:
@@ -421,10 +437,13 @@ class JobRegistry:
             return []
         if clock not in ("run_s", "wall_s"):
             raise ValueError(f"unknown clock {clock!r}")
+        # on the launcher's clock, runs without the shim only: CUPTI merely loaded costs a run too
+        shimless = "AND capture = 0 " if clock == "wall_s" else ""
         with self.store.reading() as db:
             rows = db.query(
                 f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
-                f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 AND policy_id = ? "
+                f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 "
+                f"AND policy_id = ? {shimless}"
                 "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
                 "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, policy_id, runs + len(exclude)],

@@ -92,6 +92,8 @@ class Exits:
         d = self.d
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
+        st = d.states.get(job_id)
+        resting = bool(st and st.resting)  # without the shim by the backoff, not by a crash mark
         crash = self.crash(job_id, exit_code)
         try:
             self.trials.run_ended(job_id, exit_code, metrics or {}, run_s, crash)
@@ -104,7 +106,12 @@ class Exits:
             d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, wall_s=wall_s, **out)
         )
         job = view.job
-        if exit_code == 0 and not job.capture and d.crashes.clear(job.workload_id, job.launch_key):
+        if (
+            exit_code == 0
+            and not job.capture
+            and not resting
+            and d.crashes.clear(job.workload_id, job.launch_key)
+        ):
             log.info("job %s (%s) ran clean without gitmd's capture: capture resumes for its program",
                      job.id, job.name)  # fmt: skip
         self.pub.publish("exited", view)
@@ -130,9 +137,15 @@ class Exits:
                 if now_ns - st.all_dead_since < REAP_AFTER_S * 1e9:
                     continue
                 why = "all its processes ended and no launcher reported"
-            elif (launcher := self.launcher(job.id)) is not None:
-                if launcher:
+            elif not job.capture and job.launcher != (0, 0):
+                st = d.states.of(job.id)
+                if start_ticks(job.launcher[0]) == job.launcher[1]:
+                    st.all_dead_since = None
                     continue  # a job without the shim whose launcher waits for it: its report will come
+                if st.all_dead_since is None:
+                    st.all_dead_since = now_ns  # its report may be on its way: a grace, as for processes
+                if now_ns - st.all_dead_since < REAP_AFTER_S * 1e9:
+                    continue
                 why = "it ran without the shim and its launcher ended without reporting"
             elif now_ns - job.created_ns < EXPIRE_UNSTARTED_S * 1e9:
                 continue
@@ -151,15 +164,6 @@ class Exits:
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
             ended.append(job.id)
         return ended
-
-    def launcher(self, job_id: str) -> bool | None:
-        """For a job without the shim whose launcher is known: whether that process (its pid with
-        its start time) still runs. None: not known (a job with the shim, or after a restart)."""
-        st = self.d.states.get(job_id)
-        if st is None or st.launcher is None:
-            return None
-        pid, ticks = st.launcher
-        return start_ticks(pid) == ticks
 
     def untrack(self, job_id: str) -> None:
         """Its capture closed, and what only a running job needs dropped (its windows' analysis);

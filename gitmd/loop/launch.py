@@ -10,7 +10,6 @@ from pathlib import Path
 from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
 from gitmd.jobs.launch_key import launch_key, owned
-from gitmd.jobs.liveness import start_ticks
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
@@ -69,10 +68,16 @@ class Launch:
         if workload is not None:
             plan = self._known(job, reg, workload, plan)
         rest = self.observe.rests(job, plan) if plan.capture and d.capture is not None else ""
-        if rest and st.live is None and not d.config.capture.shim_on_resting_runs:
-            # no window will open on this run and no live lever needs its processes named: it goes
-            # without the shim, so CUPTI is not even loaded into it (loaded with every activity off
-            # it still cost a launch-bound program 16-44%; H200 2026-12-04)
+        if (
+            rest
+            and st.live is None  # its live levers act on the processes the shim names
+            and not reg.background  # a foreground job's co-tenant yield acts through its shim
+            and job.launcher != (0, 0)  # no ring will show it alive: its launcher must
+            and not d.config.capture.shim_on_resting_runs
+        ):
+            # no window will open on this run: it goes without the shim, so CUPTI is not even
+            # loaded into it (loaded with every activity off it still cost a launch/sync-bound
+            # CuPy program 14-30% of its GPU time; H200 2026-12-04)
             st.phase = Phase.OBSERVED
             job = d.jobs.untrace(job.id, st.phase.value)
             plan = dataclasses.replace(
@@ -101,10 +106,6 @@ class Launch:
                     f"({suspect.reason}); capture resumes once a run ends cleanly without it",
                 ),
             )
-        if not plan.capture and reg.launcher_pid > 0:
-            ticks = start_ticks(reg.launcher_pid)
-            if ticks is not None:
-                st.launcher = (reg.launcher_pid, ticks)  # no ring will show it alive: its launcher does
         if plan.capture and d.capture is not None:
             st.captured = True
             d.capture.track(job.id, Path(job.runtime_dir))

@@ -15,7 +15,7 @@ from gitmd.capture.windows import ProcessWindow
 from gitmd.errors import GitmdError, NotFoundError
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever, LeverError, Target
-from gitmd.levers.host import gpu_local_cpus, quiet_cpus
+from gitmd.levers.host import active_threads, affinity_size, gpu_local_cpus, quiet_cpus
 from gitmd.levers.registry import make as make_lever
 from gitmd.levers.shim_knobs import AllocKeepCacheLive, SyncSpin
 from gitmd.loop.deps import Deps
@@ -80,7 +80,9 @@ class Targets:
         if item is None or not start:
             return ()
         try:
-            n = max(2, min(len(start), 8))
+            # as many as the trial that validated it gave the job (it had as many working threads)
+            validated = len((item.get("setting") or {}).get("cpus") or ())
+            n = max(2, min(len(start), 8), min(validated, os.cpu_count() or 1))
             cpus = quiet_cpus(n, prefer=self.near_cpus(job), interval_s=0.1, load=self.d.cpu_load)
         except OSError:
             return ()
@@ -102,7 +104,9 @@ class Targets:
                 current = os.sched_getaffinity(pids[0])
             except OSError:
                 return None
-            n = max(2, min(len(current), 8))
+            # as many CPUs as its working threads at least: squeezing them below that only queues
+            # its own work (the same count elsewhere still moves it off busy cores)
+            n = affinity_size(len(current), active_threads(pids), len(os.sched_getaffinity(0)))
             cpus = quiet_cpus(n, prefer=self.near_cpus(job), load=self.d.cpu_load)
             if not cpus or set(cpus) == current:
                 return None

@@ -57,6 +57,7 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
     jobs = [x["job"] for x in doc["runs"]]
     assert all(j and j["exit_code"] == 0 and j["id"] for j in jobs) and len({j["id"] for j in jobs}) == 2
     assert all(isinstance(j["windows"], int) and "cost" in j for j in jobs)
+    assert all(j["experiments"] == [] for j in jobs) and doc["library"] == []  # nothing tried on CPU
     # gitmctl run timed each run from exec to exit and reported it: the run's length without a shim
     assert all(0 < j["wall_s"] <= x["gitmd"]["wall_s"] + 0.01 for j, x in zip(jobs, doc["runs"], strict=True))
     assert (out / "logs" / "toy-gitmd.log").stat().st_size > 0

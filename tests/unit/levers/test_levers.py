@@ -191,3 +191,46 @@ def test_pin_host_buffer_refuses_bad_settings_and_says_what_it_pins() -> None:
         lever.apply(target)  # not captured: nothing to talk to
     assert lever.describe() == "pin_host_buffer(pid=7, 0x7f0000001000+64MiB)"
     assert lever.kind is Kind.LIVE_SHIM and lever.risk is Risk.MEMORY and lever.causes == {"pageable_copy"}
+
+
+WORKERS = """
+import threading, time
+def spin():  # a pool thread: it worked, and now waits for more
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        pass
+    time.sleep(30)
+def wait():
+    time.sleep(30)
+for f in (spin, spin, spin, wait, wait):
+    threading.Thread(target=f, daemon=True).start()
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def test_active_threads_counts_the_threads_that_work_not_those_that_wait() -> None:
+    """cpu_affinity's trial gives a job no fewer CPUs than its working threads (a 16-thread BLAS
+    pool confined to 8 CPUs made numpy's part of a CuPy program 10x slower on the H200): three
+    spinning threads count, the waiting ones and the sleeping main thread do not."""
+    from gitmd.levers.host import active_threads
+
+    p = subprocess.Popen([sys.executable, "-c", WORKERS], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # the spinners have run (sharing the GIL) and stopped; the rest wait
+        assert active_threads([p.pid]) == 3
+        assert active_threads([p.pid, 2**22 + 7]) == 3  # a pid that is gone counts nothing
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_cpu_affinity_trial_never_gives_fewer_cpus_than_working_threads() -> None:
+    from gitmd.levers.host import affinity_size
+
+    assert affinity_size(16, 1, 16) == 8 and affinity_size(16, 0, 16) == 8  # as before: 2..8
+    assert affinity_size(4, 1, 16) == 4 and affinity_size(1, 0, 16) == 2  # one squeezed core: 2
+    assert affinity_size(16, 12, 16) == 12  # a 12-thread pool keeps 12 CPUs
+    assert affinity_size(16, 40, 16) == 16  # never more than the host has: then it only moves it
+    assert affinity_size(1, 0, 1) == 1

@@ -104,7 +104,9 @@ def test_runs_without_the_shim_are_measured_by_their_launchers_clock(tmp_path: P
     svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]  # no shim: no ring
 
     def run(wall_s: float | None, observed: bool = False, run_s: float | None = None) -> dict[str, object]:
-        v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+        # an observed run has the shim; the others went without it (as the backoff sends them)
+        reg = Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid(), capture=observed)
+        v, _ = svc.register_job(reg)
         svc.loop.exits.run_s = lambda job_id: run_s  # type: ignore[method-assign]
         if observed:
             svc.loop.observe.after_window(dataclasses.replace(window, job_id=v.job.id))

@@ -51,11 +51,17 @@ def test_a_job_without_the_shim_lives_as_long_as_its_launcher(tmp_path: Path) ->
         view, plan = svc.register_job(dataclasses.replace(reg, launcher_pid=launcher.pid))
         assert not plan.capture
         later = view.job.created_ns + int((EXPIRE_UNSTARTED_S + 3600) * 1e9)
+        assert view.job.launcher[0] == launcher.pid  # stored with the job: a restart keeps it
         assert svc.reap(later) == []  # hours on: its launcher still waits for it
         launcher.kill()
         launcher.wait()
-        assert svc.reap(later) == [view.job.id]
+        assert svc.reap(later) == []  # its report may be on its way: a grace first
+        assert svc.reap(later + int((REAP_AFTER_S + 1) * 1e9)) == [view.job.id]
         assert svc.get_job(view.job.id).job.state == "lost"
+        # a job without the shim whose launcher is not known expires as before (an hour unstarted)
+        anon, _ = svc.register_job(reg)
+        assert anon.job.launcher == (0, 0)
+        assert svc.reap(anon.job.created_ns + int((EXPIRE_UNSTARTED_S + 1) * 1e9)) == [anon.job.id]
     finally:
         launcher.kill()
         launcher.wait()

@@ -151,7 +151,8 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
 
     def run() -> tuple[str, bool]:
         """A run of the program, its duty tick, its end; whether it was observed (got a window)."""
-        v, plan = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
+        reg = Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid(), launcher_pid=os.getpid())
+        v, plan = svc.register_job(reg)
         if svc.states.of(v.job.id).resting:
             # no window will open: it goes without the shim, so CUPTI is not even loaded into it
             # (loaded with every activity off it cost a launch-bound program 16-44%, H200)
@@ -183,12 +184,22 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     # a resting run's phase is kept all the same, and what it cost it is 0 on its launcher's clock
     rested = [j for j in svc.jobs.list(include_exited=True) if not j.capture]
     assert len(rested) == 15 and all(j.phase == "observed" for j in rested)
-    # the operator may keep the shim on resting runs (capture.shim_on_resting_runs)
+    # a resting run keeps the shim when no launcher is known to show it alive (no ring would), when
+    # it yields to foreground jobs (their co-tenant yield acts through its shim), or when the
+    # operator says so (capture.shim_on_resting_runs)
+    base = Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid(), launcher_pid=os.getpid())
     keep = dataclasses.replace(svc.config.capture, shim_on_resting_runs=True)
-    set_config(svc, dataclasses.replace(svc.config, capture=keep))
-    v, plan = svc.register_job(Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid()))
-    assert svc.states.of(v.job.id).resting and plan.capture and "CUDA_INJECTION64_PATH" in plan.env
-    svc.report_exit(v.job.id, 0)
+    for reg, cfg in (
+        (dataclasses.replace(base, launcher_pid=0), svc.config.capture),
+        (dataclasses.replace(base, background=True), svc.config.capture),
+        (base, keep),
+    ):
+        before = svc.config.capture
+        set_config(svc, dataclasses.replace(svc.config, capture=cfg))
+        v, plan = svc.register_job(reg)
+        assert svc.states.of(v.job.id).resting and plan.capture and "CUDA_INJECTION64_PATH" in plan.env
+        svc.report_exit(v.job.id, 0)
+        set_config(svc, dataclasses.replace(svc.config, capture=before))
     set_config(
         svc, dataclasses.replace(svc.config, capture=dataclasses.replace(keep, shim_on_resting_runs=False))
     )
