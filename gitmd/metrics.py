@@ -23,7 +23,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -256,6 +256,9 @@ def build_registry(
     registry.register(TelemetryCollector(sampler, gpus, hostname or socket.gethostname()))
     if snapshot is not None:
         registry.register(StateCollector(snapshot))
+        # gitmd's own cost on the host: gitm_process_cpu_seconds_total, _resident_memory_bytes,
+        # _open_fds, _start_time_seconds (prometheus_client's, from /proc/self)
+        ProcessCollector(namespace="gitm", registry=registry)
     return registry
 
 

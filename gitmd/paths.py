@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import socket
 import stat
 from pathlib import Path
@@ -32,12 +33,26 @@ def ensure_dir(path: Path, mode: int, what: str) -> None:
             raise StartupError(f"cannot create {what} {path}: {e.strerror}") from e
     if not os.access(path, os.W_OK | os.X_OK):
         raise StartupError(f"{what} {path} is not writable by uid {os.getuid()}")
-    probe = path / f".gitmd-write-test-{os.getpid()}"
+    # a fresh random name, created exclusively and never through a link: a predictable name in a
+    # directory others can write was a file (or symlink) they could plant for gitmd to write through
+    probe = path / f".gitmd-write-test-{secrets.token_hex(8)}"
     try:
-        probe.write_bytes(b"")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         probe.unlink()
     except OSError as e:
         raise StartupError(f"{what} {path} is not writable: {e.strerror}") from e
+
+
+def secure_socket(path: Path, mode: int, gid: int = -1) -> None:
+    """The mode (and group) of a socket gitmd has just bound, set only on that socket: never through
+    a symbolic link or onto anything else someone put at its path since (in a directory others can
+    write, a chmod that follows links could open any file to everyone)."""
+    st = os.lstat(path)
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        raise StartupError(f"{path} is no longer the socket gitmd bound (replaced since): refusing to serve")
+    os.chmod(path, mode)  # lstat said: a socket of ours, not a link
+    if gid >= 0:
+        os.chown(path, -1, gid, follow_symlinks=False)
 
 
 class InstanceLock:

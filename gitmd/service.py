@@ -189,10 +189,11 @@ class Service:
             self.jobs.get(job_id)  # NOT_FOUND for an unknown job
         return self.loop.pub.watch(job_id)
 
-    def get_job(self, id_or_name: str) -> JobView:
+    def get_job(self, id_or_name: str, uid: int | None = None) -> JobView:
+        """``uid``: a name or id prefix means that user's job (JobRegistry.get)."""
         if not id_or_name:
             raise InvalidArgumentError("a job id or name is required")
-        return self.loop.pub.view(self.jobs.get(id_or_name))
+        return self.loop.pub.view(self.jobs.get(id_or_name, uid))
 
     def list_jobs(self, include_exited: bool, scheduler_job_id: str = "") -> list[JobView]:
         return [self.loop.pub.view(j) for j in self.jobs.list(include_exited, scheduler_job_id)]

@@ -24,6 +24,7 @@ from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.gate import Gate
 from gitmd.config import RemoteConfig
 from gitmd.errors import StartupError
+from gitmd.paths import secure_socket
 from gitmd.service import Service
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class ApiServer:
         return int(port)
 
     def _secure_socket(self) -> None:
-        os.chmod(self.socket_path, self._mode)
+        secure_socket(self.socket_path, self._mode)
         try:
             gid = grp.getgrnam(self._group).gr_gid
         except KeyError:
@@ -122,11 +123,11 @@ class ApiServer:
                 "group %r does not exist; socket %s keeps group %d",
                 self._group,
                 self.socket_path,
-                os.stat(self.socket_path).st_gid,
+                os.lstat(self.socket_path).st_gid,
             )
             return
         try:
-            os.chown(self.socket_path, -1, gid)
+            secure_socket(self.socket_path, self._mode, gid)
         except PermissionError:
             log.warning("cannot give socket %s to group %r (not root?)", self.socket_path, self._group)
 

@@ -111,13 +111,22 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         return PermissionDeniedError(why)
 
     def _job_for(self, caller: Caller, rpc: str, id_or_name: str, detail: bool) -> Any:
-        """The job, if the caller may read it (``detail``: inspect in detail or change it)."""
-        view = self.svc.get_job(id_or_name)
+        """The job, if the caller may read it (``detail``: inspect in detail or change it). A name or
+        id prefix means one of the caller's own jobs unless they may read everyone's; a refusal
+        names no one else (hardening issue, item 8: refusals told another user's job and uid)."""
+        scope = None if caller.is_reader or caller.acts_for_others else caller.uid
+        view = self.svc.get_job(id_or_name, scope)
         job = view.job
         allowed = Access.may_touch_job(caller, job.uid) if detail else Access.may_read_job(caller, job.uid)
         if not allowed:
-            raise self._deny(caller, rpc, job.id, f"job {job.id} belongs to uid {job.uid}, not {caller.name}")
+            raise self._deny(caller, rpc, job.id, self._not_yours(caller, job))
         return view
+
+    @staticmethod
+    def _not_yours(caller: Caller, job: Any) -> str:
+        if caller.is_reader or caller.acts_for_others:
+            return f"job {job.id} belongs to uid {job.uid}, not {caller.name}"
+        return f"job {job.id} is not one of yours ({caller.name})"
 
     # -- daemon and telemetry (readers) --------------------------------------------------------
     @_rpc
@@ -167,6 +176,13 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             raise self._deny(caller, "RegisterJob", "", str(e)) from None
         if len(request.cpus) > 65536 or any(c >= 65536 for c in request.cpus):
             raise InvalidArgumentError("cpus: at most 65536 CPU numbers, each below 65536")
+        sid = request.scheduler_job_id
+        if sid and not caller.acts_for_others and len(sid) <= 256:
+            # a scheduler job's id is its user's to tag jobs with: one the scheduler said it started
+            # for another user is refused (hardening issue, item 8: any user tagged jobs with any id)
+            owner = self.svc.audit.scheduler_job_owner(sid)
+            if owner is not None and owner != uid:
+                raise self._deny(caller, "RegisterJob", "", f"scheduler job {sid[:64]!r} is not one of yours")
         contract = convert.contract_from_pb(request.contract)
         view, plan = self.svc.register_job(
             Registration(
@@ -198,11 +214,10 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def ReportJobExit(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        job = self.svc.get_job(request.job_id).job
+        scope = None if caller.is_reader or caller.acts_for_others else caller.uid
+        job = self.svc.get_job(request.job_id, scope).job
         if not Access.may_close_job(caller, job.uid):
-            raise self._deny(
-                caller, "ReportJobExit", job.id, f"job {job.id} belongs to uid {job.uid}, not {caller.name}"
-            )
+            raise self._deny(caller, "ReportJobExit", job.id, self._not_yours(caller, job))
         if len(request.metrics) > 32 or any(len(m.values) > 100_000 for m in request.metrics):
             raise InvalidArgumentError("at most 32 stdout metrics of at most 100000 values each")
         metrics = {m.regex[:1000]: [float(v) for v in m.values] for m in request.metrics}

@@ -21,12 +21,15 @@ from typing import Any
 
 from gitmd.auth.tokens import Peer, TokenAuthority
 from gitmd.errors import StartupError
+from gitmd.paths import secure_socket
 
 log = logging.getLogger(__name__)
 
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_BATCH = 64
 MAX_HANDLERS = 64  # credential exchanges at once; a connection beyond them is closed at once
+PER_USER = 8  # of those, one uid's at once: one user's idle connections cannot take them all
+ROOT_RESERVED = 8  # more for root only: `gitmctl status` gets its token however many users crowd in
 DEADLINE_S = 2.0  # one exchange, request to tokens
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -85,14 +88,17 @@ class _Handler(socketserver.BaseRequestHandler):
 
 class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """Tokens for local callers. Each exchange lasts at most DEADLINE_S and at most MAX_HANDLERS run
-    at once; a connection beyond that is closed at once (hardening issue, item 4: slow clients held
-    a thread each, 2,951 threads, and with TasksMax=1024 gitmd could start none)."""
+    at once (PER_USER of one uid's, ROOT_RESERVED more for root); a connection beyond that is closed
+    at once (hardening issue, item 4: slow clients held a thread each, 2,951 threads, and with
+    TasksMax=1024 gitmd could start none)."""
 
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, path: Path, authority: TokenAuthority) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self._lock = threading.Lock()
+        self._active: dict[int, int] = {}  # uid -> exchanges running
+        self._held: dict[int, int] = {}  # id(request) -> its uid, until its exchange ends
         self.refused = 0  # connections closed because every handler was busy
         self.authority = authority
         self.path = path
@@ -106,25 +112,53 @@ class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServe
             super().__init__(str(path), _Handler)
         except OSError as e:
             raise StartupError(f"cannot listen on {path}: {e.strerror}") from e
-        os.chmod(path, 0o666)
+        secure_socket(path, 0o666)
         self._thread: threading.Thread | None = None
 
+    def _take(self, request: Any) -> bool:
+        """A handler slot for this connection, by its uid from the kernel: at most PER_USER of one
+        uid's at once, MAX_HANDLERS in all, and ROOT_RESERVED more that only root may use (a user
+        holding idle connections locked root's `gitmctl status` out: hardening issue, item 4)."""
+        try:
+            uid = _CRED.unpack(request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[1]
+        except OSError:
+            return False
+        with self._lock:
+            total = sum(self._active.values())
+            mine = self._active.get(uid, 0)
+            if uid == 0:
+                ok = mine < PER_USER + ROOT_RESERVED and total < MAX_HANDLERS + ROOT_RESERVED
+            else:
+                ok = mine < PER_USER and total - min(self._active.get(0, 0), ROOT_RESERVED) < MAX_HANDLERS
+            if ok:
+                self._active[uid] = mine + 1
+                self._held[id(request)] = uid
+            return ok
+
+    def _give(self, request: Any) -> None:
+        with self._lock:
+            uid = self._held.pop(id(request), None)
+            if uid is not None:
+                self._active[uid] -= 1
+                if not self._active[uid]:
+                    del self._active[uid]
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._take(request):
             self.refused += 1
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give(request)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="credentials", daemon=True)

@@ -340,19 +340,25 @@ class JobRegistry:
         cols = ", ".join(row)
         db.conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({', '.join(':' + c for c in row)})", row)
 
-    def get(self, id_or_name: str) -> Job:
+    def get(self, id_or_name: str, uid: int | None = None) -> Job:
         """A job by its id, its name (the latest job of that name), or a unique prefix of its id
-        (at least 4 characters, as `git` takes commits)."""
+        (at least 4 characters, as `git` takes commits). ``uid``: names and prefixes are looked up
+        among that user's jobs only (job names are each user's own: another user's job of the same
+        name is not the one they mean, nor theirs to learn of)."""
+        mine, args = ("AND uid = ? ", [uid]) if uid is not None else ("", [])
         with self.store.reading() as db:
             rows = list(db.query("SELECT * FROM jobs WHERE id = ?", [id_or_name]))
             if not rows:
                 rows = list(
                     db.query(
-                        "SELECT * FROM jobs WHERE name = ? ORDER BY created_ns DESC LIMIT 1", [id_or_name]
+                        f"SELECT * FROM jobs WHERE name = ? {mine}ORDER BY created_ns DESC LIMIT 1",
+                        [id_or_name, *args],
                     )
                 )
             if not rows and _ID_PREFIX.fullmatch(id_or_name):
-                rows = list(db.query("SELECT * FROM jobs WHERE id LIKE ? LIMIT 2", [id_or_name + "%"]))
+                rows = list(
+                    db.query(f"SELECT * FROM jobs WHERE id LIKE ? {mine}LIMIT 2", [id_or_name + "%", *args])
+                )
                 if len(rows) > 1:
                     raise InvalidArgumentError(f"job id prefix {id_or_name!r} is ambiguous: give more of it")
         if not rows:

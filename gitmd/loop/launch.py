@@ -20,8 +20,25 @@ from gitmd.loop.state import LivePending, Phase
 from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
 from gitmd.store.library import Workload
+from gitmd.store.library_document import check_env
 
 log = logging.getLogger(__name__)
+
+
+def allowed_env(env: dict[str, str], allowed: frozenset[str] | None) -> tuple[dict[str, str], list[str]]:
+    """A stored policy's environment as the launch applies it: each variable checked again as an
+    incoming policy is (check_env: nothing that runs code in the job, only the catalog's variables),
+    and the names refused. The store may hold policies written before the allowlist existed."""
+    kept: dict[str, str] = {}
+    refused = []
+    for k, v in env.items():
+        try:
+            check_env({k: v}, "policy env", allowed)
+        except InvalidArgumentError:
+            refused.append(k)
+            continue
+        kept[k] = v
+    return kept, sorted(refused)
 
 
 class Launch:
@@ -139,10 +156,19 @@ class Launch:
         d = self.d
         st = d.states.of(job.id)
         policy = workload.active_policy_for(job.uid)
-        env = {**(policy.env if policy else {}), **plan.env}  # gitmd's own variables win
+        kept, refused = allowed_env(policy.env if policy else {}, d.library.allowed_env)
+        env = {**kept, **plan.env}  # gitmd's own variables win
+        warnings = plan.warnings
+        if refused:
+            # stored before the allowlist, or written into the store by hand: never applied
+            pid = policy.id if policy else 0
+            why = f"policy {pid} sets {', '.join(refused)}, which no policy may set: not applied"
+            log.warning("job %s (%s): %s", job.id, job.name, why)
+            warnings = (*warnings, why)
         plan = dataclasses.replace(
             plan,
             env=env,
+            warnings=warnings,
             workload_id=workload.id,
             policy_id=policy.id if policy else 0,
             policy_status=policy.status if policy else "",

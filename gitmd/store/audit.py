@@ -71,6 +71,21 @@ class Audit:
         with self.store.transaction() as db:
             insert(db, entry)
 
+    def scheduler_job_owner(self, scheduler_job_id: str) -> int | None:
+        """The uid the scheduler said it started ``scheduler_job_id`` for (its latest "start"
+        report, ReportSchedulerJob); None when it said nothing of it (an indexed lookup)."""
+        with self.store.reading() as db:
+            r = db.execute(
+                "SELECT detail FROM audit WHERE scheduler_job_id = ? AND action = 'SchedulerJobStart' "
+                "AND outcome = 'ok' ORDER BY id DESC LIMIT 1",
+                [scheduler_job_id],
+            ).fetchone()
+        try:
+            uid = json.loads(r[0]).get("uid") if r else None
+        except (ValueError, AttributeError):
+            return None
+        return int(uid) if isinstance(uid, int) and not isinstance(uid, bool) else None
+
     def list(
         self, limit: int = 100, target: str = "", scheduler_job_id: str = "", before_id: int = 0
     ) -> list[AuditEntry]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from gitmd.errors import StoreError
+from gitmd.errors import ResourceExhaustedError, StoreError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +71,51 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
-        """Serialised, atomic: BEGIN IMMEDIATE .. COMMIT, ROLLBACK on any exception."""
+        """Serialised, atomic: BEGIN IMMEDIATE .. COMMIT, ROLLBACK on any exception. A full disk or
+        a busy store is said as such (store_error), never as "cannot rollback - no transaction is
+        active" (SQLite has rolled back by itself after SQLITE_FULL: hardening issue, item 5)."""
         with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.db
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.db
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    if self.conn.in_transaction:
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error as e:  # the original error is the one to tell
+                            log.warning("store: rollback after an error failed: %s", e)
+                    raise
+            except sqlite3.OperationalError as e:
+                mapped = self.store_error(e)
+                if mapped is e:
+                    raise
+                raise mapped from e
 
     @contextmanager
     def reading(self) -> Iterator[sqlite_utils.Database]:
         with self._lock:
-            yield self.db
+            try:
+                yield self.db
+            except sqlite3.OperationalError as e:
+                mapped = self.store_error(e)
+                if mapped is e:
+                    raise
+                raise mapped from e
+
+    def store_error(self, e: sqlite3.OperationalError) -> Exception:
+        """What a client is told of a store that cannot write: its disk full (RESOURCE_EXHAUSTED),
+        busy or read-only (UNAVAILABLE); other errors as they are."""
+        msg = str(e)
+        if "full" in msg:
+            return ResourceExhaustedError(
+                f"gitmd's store ({self.path}) cannot grow: {msg}; nothing was changed "
+                "(free space on its disk, or lower daemon.keep_days)"
+            )
+        if any(w in msg for w in ("locked", "busy", "readonly", "disk I/O")):
+            return UnavailableError(f"gitmd's store ({self.path}) cannot be written now: {msg}; try again")
+        return e
 
     def schema_version(self) -> int:
         with self._lock:

@@ -262,6 +262,10 @@ def test_another_user_gets_nothing_of_a_job(
         }
         successes = [k for k, c in codes.items() if c == grpc.StatusCode.OK]
         assert successes == [], codes
+        # A's job by its name is not B's to find: a name means one of B's own jobs, and B has none
+        # of that name (hardening issue, item 8: the refusal told B of A's job and uid)
+        by_name = next(k for k in codes if "a-job" in k)
+        assert codes.pop(by_name) == grpc.StatusCode.NOT_FOUND
         assert set(codes.values()) == {grpc.StatusCode.PERMISSION_DENIED}, codes
         # B's job list does not show A's job; B still registers jobs as B.
         [t1, t2] = tokens_of(d, OTHER, 2)
@@ -276,7 +280,8 @@ def test_another_user_gets_nothing_of_a_job(
     assert job["state"] in ("registered", "running"), job
     # The real CLI as B says so, with its own exit status.
     r = cli_as(d, OTHER, "explain", job_id)
-    assert r.returncode == 5 and "permission denied" in r.stderr and "belongs to uid" in r.stderr
+    assert r.returncode == 5 and "permission denied" in r.stderr and "is not one of yours" in r.stderr
+    assert f"uid {people[OWNER].pw_uid}" not in r.stderr  # the refusal names no one else
     r = cli_as(d, OTHER, "status")
     assert r.returncode == 5 and "reader role" in r.stderr
     # Every refusal is in the audit.
@@ -536,3 +541,28 @@ def test_a_workload_contract_is_each_users_consent_for_their_own_runs(
     assert [c["regex"] for c in json.loads(r.stdout)["checks"]][:1] == [r"acc=(\S+)"]  # untouched
     r = cli_as(d, OTHER, "library", "contract", "ffffffffffff", "--metric", r"x=(\S+)")
     assert r.returncode == 4 and "no workload" in r.stderr
+
+
+def test_a_scheduler_jobs_id_is_its_users_to_tag_jobs_with(
+    acc_daemon: Daemon, people: dict[str, Any]
+) -> None:
+    """Hardening issue, item 8: any user could tag their jobs with any Slurm id. Once the scheduler
+    has said for whom it started a job (its Prolog's ReportSchedulerJob "start"), only that user may
+    register jobs under its id; an id the scheduler never spoke of stays free text."""
+    d = acc_daemon
+    owner, other = people[OWNER], people[OTHER]
+    with open_channel(d.socket) as ch:  # root: acts for users, as the Prolog does
+        pb_grpc.GitmdStub(ch).ReportSchedulerJob(
+            pb.SchedulerJobEvent(scheduler_job_id="slurm-900", event="start", uid=owner.pw_uid), timeout=10
+        )
+    toks = tokens_of(d, OTHER, 2) + tokens_of(d, OWNER, 1)
+    with grpc.insecure_channel(f"unix:{d.socket}") as ch:  # each call as the user its token names
+        stub = pb_grpc.GitmdStub(ch)
+        req = pb.RegisterJobRequest(name="tagged", command=["x"], scheduler_job_id="slurm-900")
+        assert call(stub, "RegisterJob", req, toks[0]) == grpc.StatusCode.PERMISSION_DENIED
+        free = pb.RegisterJobRequest(name="tagged", command=["x"], scheduler_job_id="slurm-901")
+        assert call(stub, "RegisterJob", free, toks[1]) == grpc.StatusCode.OK
+        assert call(stub, "RegisterJob", req, toks[2]) == grpc.StatusCode.OK
+    listed = json.loads(ctl(d.socket, "jobs", "--all", "--json").stdout)["jobs"]
+    mine = sorted((j["scheduler_job_id"], j["uid"]) for j in listed if j["name"] == "tagged")
+    assert mine == [("slurm-900", owner.pw_uid), ("slurm-901", other.pw_uid)]

@@ -120,6 +120,9 @@ def test_every_name_follows_the_naming_conventions(tmp_path: Path) -> None:
     text = scrape(build_registry(sampler, backend.gpus(), svc.metrics_snapshot))
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
     assert len(types) > 25
+    # gitmd's own cost on the host (hardening issue, item 12)
+    assert types["gitm_process_cpu_seconds_total"] == "counter"
+    assert types["gitm_process_resident_memory_bytes"] == "gauge"
     for name, kind in types.items():
         assert name.startswith("gitm_"), name
         assert re.fullmatch(r"[a-z_]+", name), name

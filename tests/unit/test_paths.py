@@ -70,3 +70,43 @@ def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     with pytest.raises(StartupError, match="cannot open lock file"):
         InstanceLock(tmp_path / "d", "socket").acquire()
+
+
+def test_a_socket_is_secured_only_if_it_is_still_the_one_gitmd_bound(tmp_path: Path) -> None:
+    """Hardening issue, item 7: every path gitmd creates is set without following links. A socket
+    replaced by a symlink (to a root-owned file) between bind and chmod would have opened that
+    file to everyone: it is refused, the file untouched; a real socket of ours gets its mode."""
+    import socket
+    import stat
+
+    from gitmd.paths import secure_socket
+
+    sock_path = tmp_path / "g.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock_path))
+    try:
+        secure_socket(sock_path, 0o660)
+        assert stat.S_IMODE(os.lstat(sock_path).st_mode) == 0o660
+        victim = tmp_path / "shadow"
+        victim.write_text("secret")
+        os.chmod(victim, 0o600)
+        planted = tmp_path / "planted.sock"
+        planted.symlink_to(victim)
+        with pytest.raises(StartupError, match="no longer the socket gitmd bound"):
+            secure_socket(planted, 0o666)
+        assert stat.S_IMODE(os.stat(victim).st_mode) == 0o600
+    finally:
+        s.close()
+
+
+def test_the_write_probe_is_a_fresh_name_never_written_through_a_link(tmp_path: Path) -> None:
+    from gitmd.paths import ensure_dir
+
+    d = tmp_path / "state"
+    d.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (d / f".gitmd-write-test-{os.getpid()}").symlink_to(victim)  # the old, predictable name
+    ensure_dir(d, 0o750, "state directory")
+    assert victim.read_text() == "keep"
+    assert [p.name for p in d.iterdir()] == [f".gitmd-write-test-{os.getpid()}"]  # nothing left behind

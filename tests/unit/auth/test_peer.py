@@ -96,3 +96,53 @@ def test_slow_and_idle_clients_cannot_hold_the_credential_socket(server: Credent
     for s in idle:
         s.close()
     assert len(fetch_tokens(server.path, 1)) == 1
+
+
+HOLDER = """
+import socket, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    held.append(s)
+time.sleep(0.5)
+served = cut = 0
+for s in held:
+    s.setblocking(False)
+    try:
+        cut += s.recv(100) == b""  # closed at once: refused
+    except BlockingIOError:
+        served += 1  # a handler is waiting on it
+print(served, cut, flush=True)
+time.sleep(1.0)
+"""
+
+
+def test_one_user_cannot_take_every_credential_slot(server: CredentialServer) -> None:
+    """Hardening issue (root's `gitmctl status` within 1 s while a user does their worst): a user
+    holding idle connections got every one of the MAX_HANDLERS slots, and root got no token. One
+    uid's exchanges are held to PER_USER at once, and root keeps ROOT_RESERVED of its own."""
+    import shutil
+    import subprocess
+    import sys
+
+    from gitmd.auth.peer import PER_USER
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to connect as another user")
+    os.chmod(server.path.parent, 0o755)  # the socket itself is 0666, as installed
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", HOLDER,
+         str(server.path), str(PER_USER + 12)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        served, cut = map(int, holder.stdout.readline().split())
+        assert (served, cut) == (PER_USER, 12)
+        t = time.monotonic()
+        assert len(fetch_tokens(server.path, 1)) == 1 and time.monotonic() - t < 1.0  # root is served
+    finally:
+        holder.kill()
+        holder.wait()

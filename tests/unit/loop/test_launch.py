@@ -113,3 +113,29 @@ def test_another_user_naming_a_workloads_launch_key_does_not_get_its_policy(tmp_
     view, plan = svc.register_job(other)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in plan.env and view.job.workload_id == ""
     assert view.job.launch_key == f"uid:{os.getuid() + 4242} train"
+
+
+def test_a_stored_policy_variable_outside_the_allowlist_is_never_applied(tmp_path: Path) -> None:
+    """Hardening issue, item 6: policy variables come from an allowlist (the catalog's own). It was
+    checked where a policy comes in (experiments, import, fleet), not at launch: a policy stored
+    before it, or written into the store by hand, still set BASH_ENV in the job. The launch checks
+    each variable again, applies the rest and says what it refused."""
+    import json
+
+    from gitmd.levers.registry import env_variables
+    from tests.unit.loop.helpers import recurring
+
+    svc = make_service(tmp_path)
+    svc.library.allowed_env = env_variables()  # as the daemon wires it
+    wid = recurring(svc, "train")
+    p = svc.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.5, (1.2, 1.8))
+    smuggled = {"env": {"CUDA_DEVICE_MAX_CONNECTIONS": "32", "BASH_ENV": "/tmp/x", "NCCL_NET_PLUGIN": "y"}}
+    with svc.jobs.store.transaction() as db:
+        db.execute("UPDATE policies SET settings = ? WHERE id = ?", [json.dumps(smuggled), p.id])
+    me = Registration("train", ("python", "t.py"), "/w", os.getuid(), os.getgid(), launch_key="train")
+    _, plan = svc.register_job(me)
+    assert plan.policy_id == p.id and plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32"
+    assert "BASH_ENV" not in plan.env and "NCCL_NET_PLUGIN" not in plan.env
+    assert any(
+        "sets BASH_ENV, NCCL_NET_PLUGIN, which no policy may set: not applied" in w for w in plan.warnings
+    )

@@ -75,3 +75,25 @@ def test_transaction_rolls_back_on_error(tmp_path: Path) -> None:
         raise RuntimeError("boom")
     assert s.schema_version() == len(bundled_migrations())
     s.close()
+
+
+def test_a_full_store_is_said_as_such_and_changes_nothing(tmp_path: Path) -> None:
+    """Hardening issue, item 5: a full disk surfaced as "cannot rollback - no transaction is active"
+    (SQLite had already rolled back). The client is told the store cannot grow, RESOURCE_EXHAUSTED,
+    and the store is as it was; it works again once there is room."""
+    from gitmd.errors import ResourceExhaustedError
+
+    store = Store(tmp_path / "full.db")
+    with store.transaction() as db:
+        db.execute("CREATE TABLE t (x TEXT)")
+    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.conn.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: not one page more
+    full = pytest.raises(ResourceExhaustedError, match="cannot grow: database or disk is full")
+    with full, store.transaction() as db:
+        db.execute("INSERT INTO t VALUES (?)", ["y" * 100_000])
+    assert not store.conn.in_transaction
+    with store.reading() as db:
+        assert db.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 0
+    store.conn.execute(f"PRAGMA max_page_count = {pages + 1000}")
+    with store.transaction() as db:
+        db.execute("INSERT INTO t VALUES (?)", ["y" * 100_000])
