@@ -218,8 +218,9 @@ class Daemon:
             return
         if got:
             log.info(
-                "store: pruned %d ended jobs (%d kept reports, %d finished interventions) and %d audit rows",
-                got.jobs, got.reports, got.interventions, got.audit,
+                "store: pruned %d ended jobs (%d kept reports, %d finished interventions, %d experiments "
+                "no policy rests on) and %d audit rows",
+                got.jobs, got.reports, got.interventions, got.experiments, got.audit,
             )  # fmt: skip
 
     def _retention(self, telemetry_store: TelemetryStore) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 
-from gitmd.errors import InvalidArgumentError
+from gitmd.errors import FailedPreconditionError, InvalidArgumentError
 from gitmd.experiments.decide import Decision, decide
 from gitmd.experiments.equivalence import Verdict
 from gitmd.experiments.live import Experiment, decision_json
@@ -35,6 +35,10 @@ def record_tune(
     job = d.jobs.get(job_id)
     if not levers:
         raise InvalidArgumentError("no levers in the tune result")
+    if any(e.cause == "tune" for e in d.experiments.of_job(job.id)):
+        # once per reference job (gitmctl tune records once): a loop of RecordTune calls on one's own
+        # job wrote experiment rows without bound (hardening issue, item 5)
+        raise FailedPreconditionError(f"job {job.id}'s tune result is recorded already (once per job)")
     if len(levers) > len(CATALOG):
         raise InvalidArgumentError(f"at most {len(CATALOG)} levers in one tune result")
     if not 0 <= min_gain < 1 or not math.isfinite(min_gain):

@@ -1,7 +1,8 @@
 """The store kept to a size: ended jobs (with their kept reports and finished interventions) and
 audit rows older than daemon.keep_days are deleted, and the audit never holds more than
 daemon.audit_max_rows rows (the oldest go first). The library (workloads, policies), launch trials
-and experiments — the evidence policies rest on — are kept. Hardening issue, item 5: job, audit and
+and the experiments policies rest on (their evidence names them) are kept; the other experiments
+go with their jobs. Hardening issue, item 5: job, audit and
 experiment rows were never pruned; refused calls were audited at 1,412 rows/s."""
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ class Pruned:
     reports: int = 0
     interventions: int = 0
     audit: int = 0
+    experiments: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.jobs or self.reports or self.interventions or self.audit)
+        return bool(self.jobs or self.reports or self.interventions or self.audit or self.experiments)
 
 
 def prune(store: Store, now_ns: int, keep_days: float, audit_max_rows: int) -> Pruned:
     """``keep_days`` 0: nothing is deleted by age; ``audit_max_rows`` 0: no cap."""
-    jobs = reports = interventions = audit = 0
+    jobs = reports = interventions = audit = experiments = 0
     with store.transaction() as db:
         c = db.conn
         if keep_days > 0:
@@ -43,6 +45,15 @@ def prune(store: Store, now_ns: int, keep_days: float, audit_max_rows: int) -> P
                 f"DELETE FROM jobs WHERE {ended} AND id NOT IN (SELECT job_id FROM interventions)",
                 (cutoff,),
             ).rowcount
+            # experiments of jobs gone that no policy rests on (its evidence, or its confirmation,
+            # names them): a job's undecided or lost trials are no evidence of anything kept
+            experiments = c.execute(
+                "DELETE FROM experiments WHERE job_id NOT IN (SELECT id FROM jobs) AND id NOT IN ("
+                "SELECT json_extract(evidence, '$.experiment') FROM policies "
+                "WHERE json_valid(evidence) AND json_extract(evidence, '$.experiment') IS NOT NULL "
+                "UNION SELECT json_extract(evidence, '$.confirmed.experiment') FROM policies "
+                "WHERE json_valid(evidence) AND json_extract(evidence, '$.confirmed.experiment') IS NOT NULL)"
+            ).rowcount
             row = c.execute("SELECT MAX(id) FROM audit WHERE at_unix_ns < ?", (cutoff,)).fetchone()
             audit += _audit_below(c, int(row[0] or 0))
         if audit_max_rows > 0:
@@ -50,7 +61,7 @@ def prune(store: Store, now_ns: int, keep_days: float, audit_max_rows: int) -> P
                 "SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?", (audit_max_rows,)
             ).fetchone()
             audit += _audit_below(c, int(row[0]) if row else 0)
-    return Pruned(jobs, reports, interventions, audit)
+    return Pruned(jobs, reports, interventions, audit, experiments)
 
 
 def _audit_below(c: Any, below_id: int) -> int:

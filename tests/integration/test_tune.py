@@ -100,6 +100,27 @@ def test_tune_promotes_the_faster_lever_and_the_next_run_gets_it(daemon: Daemon,
     ref = out["experiments"][0]["job_id"]
     r = ctl(daemon.socket, "explain", ref)
     assert "no attribution" in r.stdout and "tried:" in r.stdout and "cpu_threads" in r.stdout, r.stdout
+    # a tune result is recorded once per reference job: a loop of RecordTune on it wrote experiment
+    # rows without bound (hardening issue, item 5)
+    import grpc
+
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    trials = [pb.TuneTrial(arm=a, value=v) for a, v in (("A", 1.0), ("B", 1.0)) * 3]
+    with open_channel(daemon.socket) as ch:
+        stub = pb_grpc.GitmdStub(ch)
+        try:
+            stub.RecordTune(
+                pb.RecordTuneRequest(job_id=ref, levers=[pb.TuneLever(lever="cpu_threads", trials=trials)]),
+                timeout=10,
+            )
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.FAILED_PRECONDITION and "once per job" in str(e.details())
+        else:
+            raise AssertionError("a second tune result was recorded on the same job")
+        after = stub.GetExperiment(pb.GetExperimentRequest(job_id=ref), timeout=10).experiments
+    assert len(after) == len(out["experiments"])
 
 
 def test_tune_skips_numerics_levers_without_a_number_contract_and_refuses_bad_input(

@@ -67,3 +67,40 @@ def test_old_ended_jobs_and_audit_rows_are_pruned_and_nothing_else(tmp_path: Pat
         with pytest.raises(sqlite3.IntegrityError), store.transaction() as db:
             db.conn.execute(sql)
     assert len(audit.list(limit=1000)) == 2
+
+
+def test_experiments_go_with_their_jobs_unless_a_policy_rests_on_them(tmp_path: Path) -> None:
+    """Hardening issue, item 5: experiment rows were never pruned (a user's RecordTune loop wrote
+    them without bound). Those of pruned jobs go, except the ones a policy's evidence names (the
+    experiment that promoted it, or the one that confirmed it here)."""
+    import json
+
+    store = Store(tmp_path / "g.db")
+    jobs = JobRegistry(store, tmp_path / "run", CaptureConfig())
+    j, _ = jobs.register(Registration("old", ("prog",), "/", os.getuid(), os.getgid(), capture=False))
+    jobs.exited(j.id, 0)
+    now = time.time_ns()
+    with store.transaction() as db:
+        db.conn.execute("UPDATE jobs SET ended_ns = ? WHERE id = ?", (now - 100 * DAY_NS, j.id))
+        ids = [
+            db.conn.execute(
+                "INSERT INTO experiments (job_id, lever, setting, cause, state, arms, decision, created_ns, "
+                "updated_ns) VALUES (?, 'tf32', '{}', 'tune', 'reverted', '[]', '{}', 0, 0)",
+                (j.id,),
+            ).lastrowid
+            for _ in range(4)
+        ]
+        db.conn.execute(
+            "INSERT INTO workloads (id, signature, first_seen_ns, last_seen_ns) VALUES ('w1', '{}', 0, 0)"
+        )
+        for evidence in ({"experiment": ids[0]}, {"confirmed": {"experiment": ids[1]}}):
+            db.conn.execute(
+                "INSERT INTO policies (workload_id, settings, status, evidence, created_ns, updated_ns) "
+                "VALUES ('w1', '{\"env\": {}}', 'validated', ?, 0, 0)",
+                (json.dumps(evidence),),
+            )
+    got = prune(store, now, keep_days=90, audit_max_rows=0)
+    assert got.jobs == 1 and got.experiments == 2
+    with store.reading() as db:
+        left = [r[0] for r in db.conn.execute("SELECT id FROM experiments ORDER BY id")]
+    assert left == ids[:2]
