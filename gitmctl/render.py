@@ -25,11 +25,22 @@ def print_json(obj: Any, out: TextIO = sys.stdout, compact: bool = False) -> Non
     out.flush()
 
 
+MAX_CELL = 60  # a table cell's most characters; --json has every value whole
+
+
+def cell(text: str, most: int = MAX_CELL) -> str:
+    """One line of at most ``most`` characters: a longer value (a 200-character job name, a long
+    command) ends in "…", so no table is 124-228 columns wide (hardening issue, item 11)."""
+    text = " ".join(text.split()) if ("\n" in text or "\t" in text) else text
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO = sys.stdout) -> None:
+    rows = [[cell(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out.write(fmt.format(*headers).rstrip() + "\n")
     for row in rows:

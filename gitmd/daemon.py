@@ -30,7 +30,7 @@ from gitmd.levers.registry import env_variables
 from gitmd.paths import RUNTIME_DIR_MODE, STATE_DIR_MODE, InstanceLock, clear_stale_socket, ensure_dir
 from gitmd.store.db import Store
 from gitmd.store.library import Library
-from gitmd.store.prune import prune
+from gitmd.store.prune import prune, prune_windows
 from gitmd.store.telemetry import TelemetryStore
 from gitmd.telemetry.backend import TelemetryBackend, select_backend
 from gitmd.telemetry.nvml import NvmlBackend
@@ -213,9 +213,12 @@ class Daemon:
         d = self.config.daemon
         try:
             got = prune(store, time.time_ns(), d.keep_days, d.audit_max_rows)
+            windows = prune_windows(store, d.state_dir / "windows")
         except Exception:
             log.exception("pruning the store failed")
             return
+        if windows:
+            log.info("store: removed the kept capture windows of %d pruned jobs", windows)
         if got:
             log.info(
                 "store: pruned %d ended jobs (%d kept reports, %d finished interventions, %d experiments "

@@ -7,7 +7,9 @@ experiment rows were never pruned; refused calls were audited at 1,412 rows/s.""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gitmd.store.db import Store
@@ -71,3 +73,20 @@ def _audit_below(c: Any, below_id: int) -> int:
         return 0
     c.execute("UPDATE audit_retention SET below_id = MAX(below_id, ?) WHERE id = 1", (below_id,))
     return int(c.execute("DELETE FROM audit WHERE id <= ?", (below_id,)).rowcount)
+
+
+def prune_windows(store: Store, windows: Path) -> int:
+    """The kept capture windows (capture.keep_windows, ``<state>/windows/<job id>/``) of jobs the
+    store no longer holds, removed: they were kept for ever after their job was pruned. Folders only,
+    never through a link. Returns how many went."""
+    if not windows.is_dir():
+        return 0
+    with store.reading() as db:
+        known = {r[0] for r in db.conn.execute("SELECT id FROM jobs")}
+    gone = 0
+    for d in windows.iterdir():
+        if d.name in known or d.is_symlink() or not d.is_dir():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone += 1
+    return gone

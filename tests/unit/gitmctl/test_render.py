@@ -13,3 +13,19 @@ def test_a_time_from_another_day_shows_its_date() -> None:
     assert len(today) == len("12:34:56.789") and today.count(":") == 2
     older = clock_h(int((now - 3 * 86400) * 1e9), now)
     assert older.startswith(time.strftime("%Y-%m-%d ", time.localtime(now - 3 * 86400)))
+
+
+def test_a_table_cell_is_one_line_of_at_most_max_cell_characters() -> None:
+    """Hardening issue, item 11: tables 124-228 columns wide (a 200-character job name, a long
+    command, a newline in a name). A cell is one line of at most MAX_CELL characters, ending in "…"
+    when cut; --json keeps the whole value."""
+    import io
+
+    from gitmctl.render import MAX_CELL, table
+
+    out = io.StringIO()
+
+    table(("ID", "NAME", "COMMAND"), [("ab12", "n" * 200, "python train.py\n--epochs 3")], out)
+    _, row = out.getvalue().splitlines()
+    assert len(row) <= 4 + 2 + MAX_CELL + 2 + MAX_CELL and "n" * (MAX_CELL - 1) + "…" in row
+    assert row.endswith("python train.py --epochs 3") and len(out.getvalue().splitlines()) == 2

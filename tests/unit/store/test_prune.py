@@ -104,3 +104,21 @@ def test_experiments_go_with_their_jobs_unless_a_policy_rests_on_them(tmp_path: 
     with store.reading() as db:
         left = [r[0] for r in db.conn.execute("SELECT id FROM experiments ORDER BY id")]
     assert left == ids[:2]
+
+
+def test_kept_windows_of_pruned_jobs_go_too(tmp_path: Path) -> None:
+    from gitmd.store.prune import prune_windows
+
+    store = Store(tmp_path / "g.db")
+    jobs = JobRegistry(store, tmp_path / "run", CaptureConfig())
+    j, _ = jobs.register(Registration("live", ("prog",), "/", os.getuid(), os.getgid(), capture=False))
+    windows = tmp_path / "windows"
+    for name in (j.id, "0123456789ab"):  # a job the store holds, and one it pruned
+        (windows / name).mkdir(parents=True)
+        (windows / name / "1.npz").write_bytes(b"x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (windows / "feedfacecafe").symlink_to(elsewhere)  # never followed
+    assert prune_windows(store, windows) == 1
+    assert sorted(p.name for p in windows.iterdir()) == sorted([j.id, "feedfacecafe"]) and elsewhere.exists()
+    assert prune_windows(store, tmp_path / "none") == 0
