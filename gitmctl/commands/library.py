@@ -13,6 +13,8 @@ from typing import Any
 from gitmctl import render
 from gitmctl.client import Client, pb
 
+MAX_IMPORT_BYTES = 16 << 20  # gitmd.store.library_document.MAX_IMPORT_BYTES (a test holds them equal)
+
 NAME = "library"
 
 
@@ -303,6 +305,14 @@ def run(args: argparse.Namespace, client: Client) -> int:
         data = sys.stdin.buffer.read() if str(args.file) == "-" else args.file.read_bytes()
     except OSError as e:
         print(f"gitmctl library import: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    if len(data) > MAX_IMPORT_BYTES:
+        print(
+            f"gitmctl library import: {args.file} is {render.bytes_h(len(data))}; gitmd takes a document "
+            f"of at most {render.bytes_h(MAX_IMPORT_BYTES)} (import it in parts, or share it through the "
+            "fleet store)",
+            file=sys.stderr,
+        )
         return 2
     resp = client.call(stub.ImportLibrary, pb.LibraryDocument(json=data))
     if args.json:

@@ -31,7 +31,12 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gitmd"].full_name
 MAX_UNIX_PATH = 107  # sun_path is 108 bytes with its NUL
-MAX_MESSAGE_BYTES = 80 << 20  # a library document may be 64 MiB
+# What gitmd takes in one request, from anyone (it is read before the caller is judged): 80 MiB let
+# a local user hold 1.5 GB of the root daemon with 40 refused 78-MiB calls at once (hostile-user
+# run, 2026-12-04). The largest request is a library document (MAX_IMPORT_BYTES, 16 MiB); what
+# gitmd sends (a library export to a reader) may be larger.
+MAX_RECEIVE_BYTES = (16 << 20) + (64 << 10)
+MAX_SEND_BYTES = 80 << 20
 
 
 class ApiServer:
@@ -60,8 +65,8 @@ class ApiServer:
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
             options=[
                 ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+                ("grpc.max_send_message_length", MAX_SEND_BYTES),
             ],
         )
         servicer = GitmdServicer(service, gate, StreamSlots(workers), CallSlots(workers))

@@ -56,10 +56,16 @@ Method = Callable[[Any, Any, grpc.ServicerContext, Caller], Any]  # (servicer, r
 Handler = Callable[[Any, Any, grpc.ServicerContext], Any]  # what grpc calls
 
 
+MAX_DETAILS = 2000  # a status message's most characters: one echoing a 10,000-character id was too
+# large for gRPC's metadata, and the caller got RESOURCE_EXHAUSTED instead of NOT_FOUND
+
+
 def _abort(context: grpc.ServicerContext, e: GitmdError, rpc: str) -> None:
+    text = str(e)
+    text = text if len(text) <= MAX_DETAILS else text[: MAX_DETAILS - 1] + "…"
     for cls, code in _CODES:
         if isinstance(e, cls):
-            context.abort(code, str(e))
+            context.abort(code, text)
     log.exception("%s failed", rpc)
     context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 

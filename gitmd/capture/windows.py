@@ -121,6 +121,24 @@ class JobCapture:
     ended: threading.Event = field(default_factory=threading.Event)
 
 
+BAD_RINGS_LOGGED = 5  # a job's ignored ring files each logged; past that, one line says so
+
+
+def _bad_ring(jc: JobCapture, what: str) -> None:
+    """A ring file of the job ignored: logged for the first BAD_RINGS_LOGGED of the job, then once
+    that the rest are not (a user's 5,000 bad files wrote 5,000 lines into root's log: hostile-user
+    run, 2026-12-04); at debug level always."""
+    n = len(jc.bad)
+    if n <= BAD_RINGS_LOGGED:
+        log.warning("capture: %s", what)
+    elif n == BAD_RINGS_LOGGED + 1:
+        log.warning(
+            "capture: job %s has more than %d ring files gitmd ignores; the rest are not logged",
+            jc.job_id, BAD_RINGS_LOGGED,
+        )  # fmt: skip
+    log.debug("capture: %s", what)
+
+
 class CaptureManager:
     def __init__(
         self,
@@ -203,7 +221,7 @@ class CaptureManager:
             name = entry.name
             if not entry.is_file(follow_symlinks=False):
                 jc.bad.add(name)
-                log.warning("capture: %s is not a regular file; ignored", entry.path)
+                _bad_ring(jc, f"{entry.path} is not a regular file; ignored")
                 continue
             try:
                 ring = Ring(entry.path, self.abi, owner_uid=owner)
@@ -223,7 +241,7 @@ class CaptureManager:
                 continue
             except RingError as e:
                 jc.bad.add(name)
-                log.warning("capture: ignoring %s", e)
+                _bad_ring(jc, f"ignoring {e}")
 
     def observable(self, job_id: str) -> bool:
         """A live process of the job may still be given a window."""

@@ -18,7 +18,7 @@ from gitmd.store.library_model import STATUSES, Workload
 
 FORMAT = "gitm-library"
 VERSION = 1
-MAX_IMPORT_BYTES = 64 << 20
+MAX_IMPORT_BYTES = 16 << 20  # gitmd's largest request (gitmd.api.server.MAX_RECEIVE_BYTES)
 MAX_WORKLOADS = 100_000
 MAX_POLICIES_PER_WORKLOAD = 1000
 MAX_KEYS_PER_WORKLOAD = 1000

@@ -335,3 +335,37 @@ def test_explain_asks_consent_for_a_numerics_changing_lever(daemon: Daemon) -> N
     assert "gitmctl run --metric 'loss=([0-9.eE+-]+)' --rtol 1e-3 -- CMD ARGS" in out
     safe = Path(__file__).resolve().parents[1] / "fixtures" / "capture-cuda-known-work.npz"
     assert "consent:" not in ctl(daemon.socket, "explain", "--capture", str(safe)).stdout
+
+
+def test_a_request_larger_than_gitmd_takes_is_refused_before_it_is_read(daemon: Daemon) -> None:
+    """A 20-MiB request (any RPC, any caller) is refused by the transport with RESOURCE_EXHAUSTED:
+    gitmd never holds it, and it serves on."""
+    import grpc
+    import pytest
+
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    with open_channel(daemon.socket, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        stub = pb_grpc.GitmdStub(ch)
+        big = pb.RegisterJobRequest(name="big", command=["x" * (20 << 20)], cwd="/tmp")
+        with pytest.raises(grpc.RpcError) as e:
+            stub.RegisterJob(big, timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).version
+
+
+def test_a_refusal_never_echoes_more_than_a_short_message(daemon: Daemon) -> None:
+    """Hostile-user run (2026-12-04): GetWorkload echoed a 10,000-character id into its NOT_FOUND
+    message, too large for gRPC's metadata: the caller got RESOURCE_EXHAUSTED instead."""
+    import grpc
+    import pytest
+
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    with open_channel(daemon.socket) as ch:
+        stub = pb_grpc.GitmdStub(ch)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.GetWorkload(pb.GetWorkloadRequest(workload_id="w" * 20_000), timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND and len(str(e.value.details())) <= 2000

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gitmd.capture import abi
 from gitmd.capture.windows import CaptureManager
 from gitmd.jobs.liveness import ring_owner_problem, start_ticks
@@ -137,3 +139,26 @@ def test_a_ring_of_a_process_that_has_exited_but_is_not_reaped_is_no_problem(
             assert ring_owner_problem(2, kthreadd, st.st_dev, st.st_ino, os.getuid()) != ""
     finally:
         zombie.wait()
+
+
+def test_a_users_bad_ring_files_cannot_flood_roots_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hostile-user run (2026-12-04): each bad ring file wrote one warning into root's log (5,000
+    files, 5,000 lines). A job's first BAD_RINGS_LOGGED are logged, then one line says the rest are not."""
+    import logging
+
+    import gitmd.capture.windows as windows
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    for i in range(40):
+        (job_dir / f"ring-{100000 + i}-1.gitm").touch()  # empty: truncated, ignored
+    cm = CaptureManager(abi.load(), ("kernel",), 250)
+    cm.track("j", job_dir)
+    with caplog.at_level(logging.WARNING, logger="gitmd.capture.windows"):
+        assert not cm.observable("j")
+    jc = cm.get("j")
+    assert jc is not None and len(jc.bad) == 40
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == windows.BAD_RINGS_LOGGED + 1 and "the rest are not logged" in lines[-1]

@@ -20,3 +20,14 @@ def test_a_policy_says_where_it_came_from() -> None:
         _policy_row(pb.Policy(id=8, status="validated", evidence_json='{"source": "live"}'), 7)[5] == "live"
     )
     assert _policy_row(pb.Policy(id=9, status="reverted"), 7)[5] == "-"
+
+
+def test_the_import_limit_is_gitmds_and_a_request_cannot_be_larger() -> None:
+    """Hostile-user run (2026-12-04): every request could be 80 MiB, read before its caller was
+    judged; 40 refused 78-MiB calls held 1.5 GB of the daemon. The largest request is a library
+    document, and gitmctl refuses a larger one before sending it."""
+    from gitmctl.commands.library import MAX_IMPORT_BYTES as ctl_limit
+    from gitmd.api.server import MAX_RECEIVE_BYTES
+    from gitmd.store.library_document import MAX_IMPORT_BYTES
+
+    assert ctl_limit == MAX_IMPORT_BYTES and MAX_IMPORT_BYTES < MAX_RECEIVE_BYTES <= 17 << 20
