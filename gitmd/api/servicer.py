@@ -120,8 +120,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         """The job, if the caller may read it (``detail``: inspect in detail or change it). A name or
         id prefix means one of the caller's own jobs unless they may read everyone's; a refusal
         names no one else (hardening issue, item 8: refusals told another user's job and uid)."""
-        scope = None if caller.is_reader or caller.acts_for_others else caller.uid
-        view = self.svc.get_job(id_or_name, scope)
+        view = self.svc.get_job(id_or_name, self._scope(caller))
         job = view.job
         allowed = Access.may_touch_job(caller, job.uid) if detail else Access.may_read_job(caller, job.uid)
         if not allowed:
@@ -129,8 +128,13 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         return view
 
     @staticmethod
-    def _not_yours(caller: Caller, job: Any) -> str:
-        if caller.is_reader or caller.acts_for_others:
+    def _scope(caller: Caller) -> int | None:
+        """Whose jobs a name or id prefix is looked up among: everyone's for a caller that may read
+        them all (readers, admins, schedulers), else the caller's own."""
+        return None if caller.is_reader or caller.acts_for_others else caller.uid
+
+    def _not_yours(self, caller: Caller, job: Any) -> str:
+        if self._scope(caller) is None:
             return f"job {job.id} belongs to uid {job.uid}, not {caller.name}"
         return f"job {job.id} is not one of yours ({caller.name})"
 
@@ -220,8 +224,7 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def ReportJobExit(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        scope = None if caller.is_reader or caller.acts_for_others else caller.uid
-        job = self.svc.get_job(request.job_id, scope).job
+        job = self.svc.get_job(request.job_id, self._scope(caller)).job
         if not Access.may_close_job(caller, job.uid):
             raise self._deny(caller, "ReportJobExit", job.id, self._not_yours(caller, job))
         if len(request.metrics) > 32 or any(len(m.values) > 100_000 for m in request.metrics):

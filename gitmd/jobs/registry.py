@@ -456,14 +456,13 @@ class JobRegistry:
             )
             return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
 
-    def untrace(self, job_id: str, phase: str) -> Job:
-        """A registered job goes without the shim after all (a run the observation backoff leaves
-        unobserved, Launch.register): no ring directory, capture off in its row, its phase (which
-        no window will move on) written. One write."""
-        job = self.get(job_id)
+    def untrace(self, job: Job, phase: str) -> Job:
+        """A job just registered goes without the shim after all (a run the observation backoff
+        leaves unobserved, Launch.register): no ring directory, capture off in its row, its phase
+        (which no window will move on) written. One write, no read: the caller holds the job."""
         with self.store.transaction() as db:
             db.execute(
-                "UPDATE jobs SET capture = 0, runtime_dir = '', phase = ? WHERE id = ?", [phase, job_id]
+                "UPDATE jobs SET capture = 0, runtime_dir = '', phase = ? WHERE id = ?", [phase, job.id]
             )
         if job.runtime_dir:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)

@@ -96,7 +96,7 @@ class Launch:
             # loaded into it (loaded with every activity off it still cost a launch/sync-bound
             # CuPy program 14-30% of its GPU time; H200 2026-12-04)
             st.phase = Phase.OBSERVED
-            job = d.jobs.untrace(job.id, st.phase.value)
+            job = d.jobs.untrace(job, st.phase.value)
             plan = dataclasses.replace(
                 plan, env={k: v for k, v in plan.env.items() if k not in SHIM_ENV}, capture=False
             )

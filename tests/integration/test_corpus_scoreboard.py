@@ -33,13 +33,19 @@ kind = "cpu-test"
 """
 
 
-def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path) -> None:
-    src = short_tmp / "src" / "acme+toy"
+def toy_corpus(top: Path) -> Path:
+    """A one-program corpus under ``top`` (its materialised source and manifest): the manifest."""
+    src = top / "src" / "acme+toy"
     src.mkdir(parents=True)
     (src / "toy.py").write_text(PROG)
-    manifest = short_tmp / "corpus" / "manifest.toml"
+    manifest = top / "corpus" / "manifest.toml"
     manifest.parent.mkdir()
     manifest.write_text(MANIFEST)
+    return manifest
+
+
+def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path) -> None:
+    manifest = toy_corpus(short_tmp)
     out = short_tmp / "results" / "2026-12-03-corpus-test"
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "2",
@@ -80,12 +86,7 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
 
 
 def test_a_spent_budget_runs_nothing_more_and_says_so(short_tmp: Path) -> None:
-    src = short_tmp / "src" / "acme+toy"
-    src.mkdir(parents=True)
-    (src / "toy.py").write_text(PROG)
-    manifest = short_tmp / "corpus" / "manifest.toml"
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST)
+    manifest = toy_corpus(short_tmp)
     out = short_tmp / "results" / "2026-12-04-corpus-test"
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "2",
