@@ -10,7 +10,9 @@ moments of a run, or with CUPTI attached at other costs, measured other things (
 windows where the program's own batches showed ~1.0x, H200 2026-12-03). A job that does fixed work
 gets faster runs; one that runs for a fixed time shows no gain, so nothing is promoted — never a
 false gain. Its outputs for the contract are its exit status and the stdout metric values its
-launcher reported at exit. Once ``rounds`` pairs are complete the trial is decided like any
+launcher reported at exit. A run that goes without the shim (gitmctl run times it: Launch.register)
+is timed by its launcher instead, exec to exit; a trial's pairs compare runs on one clock only (a
+pair on two clocks is spoiled). Once ``rounds`` pairs are complete the trial is decided like any
 experiment (paired t interval; the contract must hold in every pair); a promoted lever becomes a
 validated policy of the workload, so the next launch gets it at once with no experiment.
 
@@ -41,6 +43,11 @@ from gitmd.levers.registry import make
 from gitmd.store.db import Store
 
 MAX_SPOILED = 6
+# what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
+METRICS = {
+    "run_s": "run_s: the run's own clock, CUDA initialisation to exit",
+    "wall_s": "wall_s: the launcher's clock, exec to exit (the runs went without the shim)",
+}
 
 
 @dataclass
@@ -72,20 +79,35 @@ class LaunchTrial:
         return first if n % 2 == 0 else second
 
     def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Complete (A, B) pairs, in run order: both runs ended with a length and neither crashed."""
+        """Complete (A, B) pairs, in run order: both runs ended with a length on one clock and
+        neither crashed."""
         out = []
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            if all(_measured(r) for r in (x, y)):
+            if all(_measured(r) for r in (x, y)) and _clock(x) == _clock(y):
                 out.append((x, y) if x["arm"] == "A" else (y, x))
         return out
 
     def spoiled(self) -> int:
-        return sum(1 for r in self.runs if r.get("done") and not _measured(r))
+        """Runs that are no evidence: ended with no length or crashed, and the second run of each
+        pair whose runs were timed on two clocks."""
+        bad = sum(1 for r in self.runs if r.get("done") and not _measured(r))
+        for i in range(0, len(self.runs) - 1, 2):
+            x, y = self.runs[i], self.runs[i + 1]
+            bad += all(_measured(r) for r in (x, y)) and _clock(x) != _clock(y)
+        return bad
+
+    def clock(self) -> str:
+        """The clock its measured runs were taken on: the latest one's ("run_s" when none is)."""
+        return next((_clock(r) for r in reversed(self.runs) if _measured(r)), "run_s")
 
 
 def _measured(run: dict[str, Any]) -> bool:
     return bool(run.get("done") and run.get("run_s") and not run.get("crashed"))
+
+
+def _clock(run: dict[str, Any]) -> str:
+    return str(run.get("clock") or "run_s")  # runs recorded before the launcher's clock: the shim's
 
 
 def _trial(r: dict[str, Any]) -> LaunchTrial:
@@ -200,10 +222,13 @@ class LaunchTrials:
         exit_code: int | None,
         metrics: dict[str, list[float]],
         crashed: str = "",
+        clock: str = "run_s",
     ) -> LaunchTrial | None:
-        """Record a run's end: its length by its own clock (None: unknown), its outputs, and
+        """Record a run's end: its length on ``clock`` (METRICS; None: unknown), its outputs, and
         ``crashed`` (why it is no evidence) when it died by a signal. The trial as it is now (None:
         not found or no longer running)."""
+        if clock not in METRICS:
+            raise ValueError(f"unknown clock {clock!r}")
         with self.store.transaction() as db:
             rows = list(db.query("SELECT * FROM launch_trials WHERE id = ?", [trial_id]))
             if not rows:
@@ -216,6 +241,7 @@ class LaunchTrials:
                     r.update(
                         done=True,
                         run_s=round(run_s, 6) if run_s else None,
+                        clock=clock,
                         exit_code=exit_code,
                         metrics=metrics,
                     )

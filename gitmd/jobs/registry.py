@@ -468,19 +468,25 @@ class JobRegistry:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)
         return dataclasses.replace(job, capture=False, runtime_dir="", phase=phase)
 
-    def plain_runs_s(self, launch_key: str, exclude: set[str], runs: int = 5) -> builtins.list[float]:
-        """The run lengths by their own clock (jobs.run_s) of the latest ``runs`` runs of
-        ``launch_key`` that ended cleanly with no policy and no crash, less ``exclude`` (job ids):
-        the workload's run-to-run spread."""
+    def plain_runs_s(
+        self, launch_key: str, exclude: set[str], runs: int = 5, clock: str = "run_s"
+    ) -> builtins.list[float]:
+        """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
+        policy and no crash, less ``exclude`` (job ids): the workload's run-to-run spread. ``clock``:
+        "run_s" (the shim's) or "wall_s" (the launcher's; runs that went without the shim only)."""
         if not launch_key:
             return []
+        if clock not in ("run_s", "wall_s"):
+            raise ValueError(f"unknown clock {clock!r}")
+        shimless = "AND capture = 0 " if clock == "wall_s" else ""
         with self.store.reading() as db:
             rows = db.query(
-                "SELECT id, run_s FROM jobs WHERE launch_key = ? AND state = 'exited' AND exit_code = 0 "
-                "AND policy_id = 0 AND crash = '' AND run_s > 0 ORDER BY created_ns DESC LIMIT ?",
+                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
+                f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {clock} > 0 {shimless}"
+                "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, runs + len(exclude)],
             )
-            return [float(r["run_s"]) for r in rows if r["id"] not in exclude][:runs]
+            return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
 
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:

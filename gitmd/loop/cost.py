@@ -6,7 +6,8 @@
 - ``losing_arms_s``: measured — each treatment window of a live trial that was not kept, its step
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
 - ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
-  the run's own clock, when slower (null when there are no plain runs to compare with);
+  the clock the trial timed it on (its launcher's when it went without the shim), when slower
+  (null when there are no plain runs to compare with);
 - ``observation_s``: measured — an observed run (one with windows) against the same program's
   latest runs with the same policy that had none and were no trial's (capture.reobserve_every makes
   them), when slower; 0 for a run with no window; null when fewer than OBSERVATION_BASE such runs
@@ -109,8 +110,10 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: fl
         found = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), "") if trial else ""
         arm = str(found or "")
         if arm == "B":
-            plain = d.jobs.plain_runs_s(job.launch_key, {job_id})
-            trial_arm = max(0.0, run_s - statistics.median(plain)) if plain and run_s else None
+            # on the clock the trial timed it on: its launcher's when it went without the shim
+            clock, mine = ("wall_s", wall_s) if st.shimless else ("run_s", run_s)
+            plain = d.jobs.plain_runs_s(job.launch_key, {job_id}, clock=clock)
+            trial_arm = max(0.0, mine - statistics.median(plain)) if plain and mine else None
     observation: float | None = 0.0
     clock = ""
     if windows:

@@ -93,10 +93,13 @@ class Exits:
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
         st = d.states.get(job_id)
-        resting = bool(st and st.resting)  # without the shim by the backoff, not by a crash mark
+        # without the shim by gitmd's choice (a resting run, a launch trial's), not by a crash mark
+        shimless = bool(st and st.shimless)
         crash = self.crash(job_id, exit_code)
+        # a launch trial's run without the shim is timed by its launcher (Launch.register)
+        length, clock = (wall_s, "wall_s") if shimless else (run_s, "run_s")
         try:
-            self.trials.run_ended(job_id, exit_code, metrics or {}, run_s, crash)
+            self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock)
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)
@@ -109,7 +112,7 @@ class Exits:
         if (
             exit_code == 0
             and not job.capture
-            and not resting
+            and not shimless
             and d.crashes.clear(job.workload_id, job.launch_key)
         ):
             log.info("job %s (%s) ran clean without gitmd's capture: capture resumes for its program",

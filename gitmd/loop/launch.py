@@ -86,22 +86,28 @@ class Launch:
             plan = self._known(job, reg, workload, plan)
         rest = self.observe.rests(job, plan) if plan.capture and d.capture is not None else ""
         if (
-            rest
+            (rest or (plan.trial and st.trial_id is not None))  # no window will open on this run
             and st.live is None  # its live levers act on the processes the shim names
             and not reg.background  # a foreground job's co-tenant yield acts through its shim
-            and job.launcher != (0, 0)  # no ring will show it alive: its launcher must
+            and job.launcher != (0, 0)  # no ring will show it alive (nor time it): its launcher must
             and not d.config.capture.shim_on_resting_runs
         ):
-            # no window will open on this run: it goes without the shim, so CUPTI is not even
-            # loaded into it (loaded with every activity off it still cost a launch/sync-bound
-            # CuPy program 14-30% of its GPU time; H200 2026-12-04)
-            st.phase = Phase.OBSERVED
+            # it goes without the shim, so CUPTI is not even loaded into it (loaded with every
+            # activity off it still cost a launch/sync-bound CuPy program 14-30% of its GPU time;
+            # H200 2026-12-04). A launch trial's run is then timed by its launcher (exec to exit),
+            # as the runs it is compared with are: both arms as the user runs them.
+            st.phase = Phase.TRIAL_RUN if not rest else Phase.OBSERVED
             job = d.jobs.untrace(job, st.phase.value)
             plan = dataclasses.replace(
                 plan, env={k: v for k, v in plan.env.items() if k not in SHIM_ENV}, capture=False
             )
-            st.resting, st.observed = f"{rest}; it runs without the shim", True
-            log.info("job %s (%s): %s", job.id, job.name, st.resting)
+            st.shimless = True
+            if rest:
+                st.resting, st.observed = f"{rest}; it runs without the shim", True
+                log.info("job %s (%s): %s", job.id, job.name, st.resting)
+            else:
+                log.info("job %s (%s): a launch trial's run: it runs without the shim, timed by its "
+                         "launcher", job.id, job.name)  # fmt: skip
         if reg.gpus:
             # --gpus selects: the job sees those GPUs only, named by UUID (nvidia-smi's indices and
             # CUDA's enumeration order may differ; a UUID is the same GPU to both)

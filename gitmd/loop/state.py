@@ -80,6 +80,9 @@ class JobState:
     window_s: float = 0.0  # its capture windows' seconds, all of them (duty and trial windows)
     window_model_s: float = 0.0  # what they cost it by gitmd's launch-cost model (capture/duty.py)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs and resting ones)
+    # it was registered for the shim and goes without it (a resting run, a launch trial's run):
+    # timed by its launcher; its clean end says nothing of whether the shim is safe for its program
+    shimless: bool = False
     phase: Phase | None = None  # as last written to the store
     phase_lock: threading.Lock = field(default_factory=threading.Lock)
     # one loop step at a time per job: what a window shows, choosing a trial and ending the

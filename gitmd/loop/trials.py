@@ -22,7 +22,7 @@ from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.errors import GitmdError
 from gitmd.experiments.decide import Decision
 from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
-from gitmd.experiments.runs import MAX_SPOILED, LaunchTrial, decide_trial
+from gitmd.experiments.runs import MAX_SPOILED, METRICS, LaunchTrial, decide_trial
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
@@ -265,15 +265,18 @@ class Trials:
         metrics: dict[str, list[float]],
         run_s: float | None,
         crash: str,
+        clock: str = "run_s",
     ) -> None:
-        """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow."""
+        """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow.
+        ``run_s``: its length on ``clock`` ("run_s": the shim's, CUDA's start to the last exit;
+        "wall_s": its launcher's, exec to exit, for a run that went without the shim)."""
         d = self.d
         st = d.states.get(job_id)
         tid = st.trial_id if st is not None else None
         if st is None or tid is None:
             return
         st.trial_id = None
-        t = d.launch_trials.finish_run(job_id, tid, run_s, exit_code, metrics, crashed=crash)
+        t = d.launch_trials.finish_run(job_id, tid, run_s, exit_code, metrics, crashed=crash, clock=clock)
         if t is None:
             return
         cfg = d.config.experiments
@@ -288,7 +291,7 @@ class Trials:
                                {"launch_trial": t.id}, suspect=crashed)  # fmt: skip
             return
         in_trial = {r["job_id"] for r in t.runs}
-        earlier = d.jobs.plain_runs_s(job.launch_key, exclude=in_trial)
+        earlier = d.jobs.plain_runs_s(job.launch_key, exclude=in_trial, clock=t.clock())
         dec = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
         if dec is None:
             return
@@ -298,7 +301,14 @@ class Trials:
         d.launch_trials.end(t, state, decision)
         now = time.time_ns()
         arms = [
-            {"arm": r["arm"], "window_id": 0, "run_s": r.get("run_s"), "at_ns": now, "job_id": r["job_id"]}
+            {
+                "arm": r["arm"],
+                "window_id": 0,
+                "run_s": r.get("run_s"),
+                "clock": r.get("clock", "run_s"),
+                "at_ns": now,
+                "job_id": r["job_id"],
+            }
             for r in t.runs
         ]
         e = d.experiments.record(job.id, lever, t.cause, state, arms, {**decision, "launch_trial": t.id})
@@ -328,7 +338,7 @@ class Trials:
                     {d.jobs.get(r["job_id"]).scheduler_job_id for r in t.runs} - {""}
                 ),
                 "reason": dec.reason,
-                "metric": "run_s: the run's own clock, CUDA initialisation to exit",
+                "metric": METRICS[t.clock()],
                 "predicted_max": t.bound if t.bound != float("inf") else None,
                 "predicted": t.predicted or None,
                 "scope_uid": job.uid if reported else None,

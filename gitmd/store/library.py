@@ -162,12 +162,26 @@ class Library:
     def observe(
         self, sig: Signature, launch_key: str, name: str, new_run: bool, owner_uid: int | None = None
     ) -> str:
-        """The workload this signature belongs to (a new one if none matches); links the launch key.
-        Only ``owner_uid``'s workloads and the shared ones (an admin's import) are candidates, and a
-        new workload is that user's (migration 0019): one user's runs never feed another's."""
+        """The workload this signature belongs to; links the launch key. Only ``owner_uid``'s
+        workloads and the shared ones (an admin's import) are candidates, and a new workload is that
+        user's (migration 0019): one user's runs never feed another's.
+
+        A fingerprint that matches a workload decides. One that matches none joins the workload the
+        launch key already names (the same command, in the same directory, by the same user: the
+        launch looked its policy up by that key already): one program is one workload even when a
+        window saw its step differently (a JAX training's runs made two workloads of one program,
+        H200 2026-12-04: nothing learned on the first reached the next). Only a fingerprint that
+        matches nothing and a key that names nothing make a new workload."""
         now = time.time_ns()
         with self.store.transaction() as db:
             best_id = _best_match(db, sig, owner_uid)
+            if best_id is None and launch_key:
+                row = db.execute(
+                    "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
+                    "WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL)",
+                    [launch_key, owner_uid],
+                ).fetchone()
+                best_id = row[0] if row is not None else None
             if best_id is None:
                 best_id = sig.id
                 taken = db.execute("SELECT owner_uid FROM workloads WHERE id = ?", [best_id]).fetchone()

@@ -95,9 +95,11 @@ for part in "${PARTS[@]}"; do
         2>&1 | tee "$OUTDIR/crash-soak.md"
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/crash-soak.md" | head -8 | tr '\n' ' ' || echo "failed")
       ;;
-    corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE
+    corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE,
+      # CORPUS_BUDGET_S (no program is started once it is spent)
       corpus_src
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
+        ${CORPUS_BUDGET_S:+--budget-s "$CORPUS_BUDGET_S"} \
         --oracle-levers "${CORPUS_ORACLE:-}" --out "$OUTDIR/corpus" 2>&1 | tee "$OUTDIR/corpus.md"
       # the device tool brings back a bounded number of files: the per-run logs travel as one archive
       [ -d "$OUTDIR/corpus/logs" ] && tar czf "$OUTDIR/corpus-logs.tgz" -C "$OUTDIR/corpus" logs && rm -rf "$OUTDIR/corpus/logs"

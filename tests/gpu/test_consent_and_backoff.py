@@ -58,7 +58,8 @@ def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: A
             r = ctl(d, "run", "-v", "--", *FP32)
             assert r.returncode == 0, r.stderr[-2000:]
             tail = r.stderr.strip().splitlines()[-3:]
-            runs.append({"run": i + 2, "stderr": tail, "result": r.stdout.split()[-3:]})
+            job = json.loads(ctl(d, "job", job_of(r.stderr), "--json").stdout)
+            runs.append({"run": i + 2, "stderr": tail, "result": r.stdout.split()[-3:], "job": job})
             if "launching with its validated policy" in r.stderr:
                 break
         lib = json.loads(ctl(d, "library", "show", wid, "--json").stdout)
@@ -66,6 +67,10 @@ def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: A
         (p,) = [p for p in lib.get("policies", []) if p["status"] == "validated"]
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["ci_low"] >= 1.03, lib
         assert "launching with its validated policy" in " ".join(runs[-1]["stderr"]), runs
+        # the trial's runs went without the shim (no CUPTI in either arm), timed by gitmctl run
+        trial = [x["job"] for x in runs if x["job"].get("phase") == "trial run"]
+        assert trial and not any(j.get("capture") for j in trial), runs
+        assert str(p["evidence"].get("metric", "")).startswith("wall_s"), p
     finally:
         keep_log(d, "gitmd-consent.log")
 

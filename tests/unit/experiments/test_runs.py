@@ -121,3 +121,18 @@ def test_a_launch_lever_clearly_slower_is_reverted_after_two_pairs() -> None:
         )
         is None
     )  # one pair: more runs needed
+
+
+def test_a_pair_timed_on_two_clocks_is_no_evidence() -> None:
+    """A run timed by its launcher (it went without the shim) and one timed by the shim measure
+    different spans (exec to exit; CUDA's start to the last exit): such a pair is spoiled, never
+    compared; a trial's clock is its measured runs'."""
+    a, b = run("A", 10.0), run("B", 2.0)
+    b["clock"] = "wall_s"
+    t = trial(a, b)
+    assert t.pairs() == [] and t.spoiled() == 1 and t.clock() == "wall_s"
+    c, d = run("B", 2.0), run("A", 10.0)
+    c["clock"] = d["clock"] = "wall_s"
+    t2 = trial(a, b, c, d)
+    assert t2.pairs() == [(d, c)] and t2.spoiled() == 1
+    assert trial(run("A", 10.0)).clock() == "run_s"  # recorded before the launcher's clock

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 from gitmd.experiments.equivalence import Check, Contract
+from gitmd.jobs.launch import SHIM_ENV
+from gitmd.jobs.registry import Registration
 from gitmd.levers.registry import make
 from tests.unit.loop.helpers import make_service, recurring, run_train, set_config
 
@@ -275,3 +277,41 @@ def test_a_runs_exploration_stops_at_its_budget_and_the_next_run_continues(tmp_p
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_path: Path) -> None:
+    """A trial's run gets no window, and CUPTI merely loaded cost a launch-bound program 14-30% of
+    its GPU time (H200 2026-12-04): a run whose launcher is known (gitmctl run times it) goes without
+    the shim, both arms alike, and is measured on the launcher's clock, exec to exit, against plain
+    runs on that clock. The policy it promotes says which clock decided it."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    reg = Registration(
+        "train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train",
+        launcher_pid=os.getpid(), contract=contract,
+    )  # fmt: skip
+
+    def run(wall_s: float, loss: float) -> tuple[str, dict[str, str], bool]:
+        view, plan = svc.register_job(reg)
+        assert svc.jobs.get(view.job.id).phase == "trial run"
+        svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]  # no shim: no ring
+        svc.report_exit(view.job.id, 0, {r"loss=(\S+)": [loss]}, wall_s=wall_s)
+        arm = plan.trial.split("arm ")[1][0] if plan.trial else "-"
+        return arm, plan.env, plan.capture
+
+    t = svc.trials.plan(wid, make("tf32_override"), "fp32_gemm", 0.9)
+    assert t is not None
+    seen = []
+    for i in range(6):
+        arm_b = i in (1, 2, 5)  # the order the trial hands out: A B, B A, A B
+        arm, env, capture = run(2.0 if arm_b else 10.0 + 0.1 * i, 1.0)
+        seen.append(arm)
+        assert not capture and not set(SHIM_ENV) & set(env)  # no shim, no CUPTI, in either arm
+        assert (env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1") == (arm == "B")
+    assert seen == ["A", "B", "B", "A", "A", "B"]
+    (done,) = svc.trials.of_workload(wid)
+    assert {r["clock"] for r in done.runs} == {"wall_s"}
+    assert done.state == "promoted" and done.decision["low"] > 4, done.decision
+    (policy,) = svc.workload(wid).policies
+    assert policy.evidence["metric"].startswith("wall_s: the launcher's clock")

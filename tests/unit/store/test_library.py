@@ -319,3 +319,19 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
         "uid:1000 python /w/t.py",
     ]
     s.close()
+
+
+def test_a_run_whose_fingerprint_matches_nothing_joins_the_workload_its_launch_key_names(
+    tmp_path: Path,
+) -> None:
+    lb = lib(tmp_path)
+    a = lb.observe(TRAIN, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000)
+    # the same command's next run, its step seen differently: the key keeps it on its workload
+    assert lb.observe(OTHER, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000) == a
+    assert lb.get(a).run_count == 2
+    # another command with that fingerprint matches nothing and names nothing: a workload of its own
+    b = lb.observe(OTHER, "uid:1000 python /w/eval.py", "eval", new_run=True, owner_uid=1000)
+    assert b != a
+    # a fingerprint that matches decides over the key: the key moves to the workload it matched
+    assert lb.observe(OTHER, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000) == b
+    assert lb.by_launch_key("uid:1000 python /w/train.py").id == b  # type: ignore[union-attr]
