@@ -4,6 +4,7 @@ lever on the running job, or a launch trial of an environment lever over the wor
 from __future__ import annotations
 
 import logging
+import time
 
 from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport
@@ -22,6 +23,9 @@ from gitmd.loop.trials import Trials
 log = logging.getLogger(__name__)
 
 
+# a live trial needs one pair of windows before the run ends, by this many of its program's
+# latest runs (Choose.no_time_for_a_pair)
+PAIR_RUNS = 2
 MAX_SHARE = 0.99  # a cause said to take the whole run predicts at most 100x (never 0: it goes first)
 
 
@@ -70,7 +74,7 @@ class Choose:
         why = self.not_explorable(job)
         if why:
             return why
-        spent = st.spent or exploration_left(d, job_id)
+        spent = st.spent or exploration_left(d, job_id) or self.no_time_for_a_pair(job)
         if spent:
             return spent
         report = self._report(job)
@@ -109,6 +113,27 @@ class Choose:
                 self.trials.start_live(job_id, lever, top.name, top.ceiling)
             return ""
         return f"{top.name}: " + ("; ".join(skipped) or "no live lever addresses it")
+
+    def no_time_for_a_pair(self, job: Job) -> str:
+        """Why the run has no time left for one pair of a live trial's windows ("" : it may have):
+        its program's latest runs (PAIR_RUNS of them, registration to exit) all ended sooner than
+        one pair (a window, the settle after applying, a window, the settle after reverting) from
+        now. Such a trial ends at the job's exit with nothing measured, disturbs the run for
+        nothing, and made the next runs of the program be observed to continue it (timm's 15-s
+        training, H200 2026-12-04: a CPU trial started 5 s before each run's end). A program with
+        fewer known runs may try."""
+        d = self.d
+        runs = d.jobs.earlier_runs_s(job.launch_key, job.created_ns, runs=PAIR_RUNS)
+        if len(runs) < PAIR_RUNS:
+            return ""
+        pair_s = 2 * (d.config.capture.window_duration_s + d.config.experiments.settle_s)
+        left = max(runs) - (time.time_ns() - job.created_ns) / 1e9
+        if left >= pair_s:
+            return ""
+        return (
+            f"its program's latest {len(runs)} runs ended within {max(runs):.0f} s of their launch: "
+            f"{max(left, 0.0):.1f} s left, less than one pair of trial windows ({pair_s:.1f} s)"
+        )
 
     def not_explorable(self, job: Job) -> str:
         """What live experiments and launch-trial planning both ask of a job: its registration

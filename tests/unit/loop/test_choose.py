@@ -401,3 +401,42 @@ def test_a_numerics_changing_lever_its_workload_may_not_try_is_shown_with_how_to
     svc.set_workload_contract(wid, os.getuid(), Contract())  # cleared
     view3, _ = svc.register_job(reg)
     assert svc.jobs.get(view3.job.id).contract.checks == ()
+
+
+def test_no_live_trial_in_a_run_with_no_time_left_for_a_pair(tmp_path: Path) -> None:
+    """timm's 15-s training on the H200 (2026-12-04) started a CPU trial 5 s before each run's
+    end: it ended at the exit with no pair, and made the next runs be observed to continue it. A
+    live trial now starts only when the program's latest runs lasted long enough for one pair of
+    windows from now; a program with fewer known runs may try."""
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    tried: list[str] = []
+    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+    svc.loop.trials.pool.submit = lambda fn, job_id, *rest: tried.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    stall = Cause("host_contention", 1e6, 0.5, 0.7, ("x",), LEVERS["host_contention"], True)
+    svc.loop.attribute.earlier_causes = lambda job, report: {"host_contention"}  # type: ignore[method-assign]
+    shows(svc, 1, [stall])
+
+    def run(lasted_s: float | None) -> str:
+        """A run of the program, its window now; it then ends ``lasted_s`` after its launch."""
+        view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
+        svc.jobs.set_workload(view.job.id, "w1")
+        svc.states.of(view.job.id).steady = True
+        why = svc.loop.choose.live(view.job.id)
+        svc.states.of(view.job.id).experiment = None
+        if lasted_s is not None:
+            with svc.jobs.store.transaction() as db:
+                db.execute(
+                    "UPDATE jobs SET state = 'exited', ended_ns = created_ns + ? WHERE id = ?",
+                    [int(lasted_s * 1e9), view.job.id],
+                )
+        return why
+
+    assert run(3.0) == "" and run(3.0) == ""  # runs of unknown length may try
+    pair_s = 2 * (svc.config.capture.window_duration_s + svc.config.experiments.settle_s)
+    assert pair_s > 3.0
+    why = run(None)  # its latest two runs lasted 3 s: less than a pair from their launch
+    assert "less than one pair of trial windows" in why, why
+    assert len(tried) == 2
