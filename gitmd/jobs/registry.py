@@ -378,18 +378,26 @@ class JobRegistry:
             rows = db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns", args)
             return [_row_to_job(r) for r in rows]
 
-    def earlier_runs_s(self, launch_key: str, before_ns: int, runs: int = 3) -> builtins.list[float]:
-        """How long (registration to exit, seconds) each of the latest ``runs`` runs of
-        ``launch_key`` that exited before ``before_ns`` lasted, newest first."""
+    def earlier_runs_s(
+        self, launch_key: str, before_ns: int, runs: int = 3, clock: str = "registration"
+    ) -> builtins.list[float]:
+        """How long each of the latest ``runs`` runs of ``launch_key`` that exited before
+        ``before_ns`` lasted, newest first. ``clock``: "registration" (registration to exit) or
+        "run_s" (the shim's: its first process's CUDA start to the last exit; runs that had the
+        shim only)."""
         if not launch_key:
             return []
+        if clock not in ("registration", "run_s"):
+            raise ValueError(f"unknown clock {clock!r}")
+        span = "run_s" if clock == "run_s" else "(ended_ns - created_ns) / 1e9"
         with self.store.reading() as db:
-            rows = db.query(
-                "SELECT created_ns, ended_ns FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state = 'exited' AND ended_ns IS NOT NULL ORDER BY created_ns DESC LIMIT ?",
+            rows = db.conn.execute(
+                f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? "
+                "AND state = 'exited' AND ended_ns IS NOT NULL "
+                f"{'AND run_s > 0 ' if clock == 'run_s' else ''}ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, before_ns, runs],
-            )
-            return [(r["ended_ns"] - r["created_ns"]) / 1e9 for r in rows]
+            ).fetchall()
+            return [float(r[0]) for r in rows]
 
     def observation_record(self, launch_key: str, before_ns: int) -> tuple[int, int, int]:
         """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history):

@@ -44,9 +44,10 @@ class Observe:
         an earlier first window costs that for longer, and start-up rarely shows the step.
         A job is taken as long until it has shown otherwise: a first run waits (CuPy control, H200
         2026-12-03: its first 30-s run +18.1% with a window at start-up, its recurring ones +2.6%),
-        as does a recurring job whose earlier runs (the latest three) all lasted at least twice
-        settle_s, and one that got its workload's policy and is not explored (known: contended's
-        policy runs, H200 2026-12-03: 0.12-0.15 ms/step under the policy against 0.09 without gitmd).
+        as does a recurring job whose earlier runs under the shim (the latest three) all lasted at
+        least twice settle_s from their CUDA start, and one that got its workload's policy and is
+        not explored (known: contended's policy runs, H200 2026-12-03: 0.12-0.15 ms/step under
+        the policy against 0.09 without gitmd).
         A job one of whose runs was shorter keeps the early window (its start-up is most of its
         life), as does one with a live policy whose lever needs a window to find what it acts on (a
         stream, a buffer). A launch trial's run gets no window at all (its own clock measures it)."""
@@ -58,7 +59,11 @@ class Observe:
             return ""
         if self.pub.known(job.id):
             return "it got its workload's policy"
-        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns)
+        # on the clock the wait is counted on: a process's age, so the runs' CUDA lifetimes (from
+        # registration they include the interpreter's start: timm's ResNet-50 runs lasted 21-23 s
+        # that way and 9-10 s under CUDA, so every run waited 10 s and none got a window, H200
+        # 2026-12-04)
+        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
         if not runs:
             return "a first run (taken as long until it has shown otherwise)"
         return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""

@@ -64,9 +64,11 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     settle = svc.config.capture.settle_s
     assert settle > 0
 
-    def earlier_run(name: str, seconds: float) -> None:
+    def earlier_run(name: str, seconds: float, cuda_s: float | None = None) -> None:
+        """A run of ``name`` that lasted ``seconds`` from its registration, ``cuda_s`` of them
+        (default: all) from its CUDA start (the shim's clock, run_s)."""
         v, _ = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
-        svc.jobs.exited(v.job.id, 0)
+        svc.jobs.exited(v.job.id, 0, run_s=seconds if cuda_s is None else cuda_s)
         with svc.jobs.store.transaction() as db:
             db.execute(
                 "UPDATE jobs SET created_ns = ended_ns - ? WHERE id = ?", [int(seconds * 1e9), v.job.id]
@@ -90,15 +92,19 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
         earlier_run("long", 3 * settle)
     earlier_run("short", 3 * settle)
     earlier_run("short", settle)  # one of its runs was short: it may be again
+    # long from its registration (the interpreter's start, imports), short under CUDA, where a
+    # process's age is counted: timm's ResNet-50 waited 10 s in every run and never got a window
+    earlier_run("slow-start", 3 * settle, cuda_s=settle)
     submitted: list[str] = []
     svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     svc.loop.windows_per_user = 100  # the windows submitted here never run (and never give back their place)
     young = launch("long", 1.0)
     first = launch("first", 1.0)
     short = launch("short", 1.0)
+    slow_start = launch("slow-start", 1.0)
     settled = launch("long", settle + 1.0)
     svc.duty_cycle()
-    assert sorted(submitted) == sorted([short, settled])
+    assert sorted(submitted) == sorted([short, slow_start, settled])
     assert (
         svc.states.of(young).settling
         and svc.states.of(first).settling
@@ -110,7 +116,7 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     data[56:64] = (time.time_ns() - int((settle + 0.5) * 1e9)).to_bytes(8, "little")
     ring.write_bytes(bytes(data))
     submitted.clear()
-    for j in (short, settled):
+    for j in (short, slow_start, settled):
         svc.capture.get(j).next_due_mono = time.monotonic() + 60  # type: ignore[union-attr]
     svc.duty_cycle()
     assert submitted == [young] and not svc.states.of(young).settling and svc.states.of(first).settling
