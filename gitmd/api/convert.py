@@ -409,7 +409,12 @@ def experiment_to_pb(e: Experiment) -> Any:
         state=e.state,
         arms=[
             pb.ExperimentArm(
-                arm=a["arm"], window_id=a["window_id"], step_ms=a.get("step_ms"), at_unix_ns=a["at_ns"]
+                arm=a["arm"],
+                window_id=int(a.get("window_id") or 0),
+                step_ms=a.get("step_ms"),
+                # an arm carried from an earlier run's trial has neither window nor time here
+                at_unix_ns=int(a.get("at_ns") or 0),
+                carried_from=int(a.get("from") or 0),
             )
             for a in e.arms
         ],

@@ -101,6 +101,12 @@ class Choose:
             if name in reverted:
                 skipped.append(f"{name} tried on an earlier run of its workload and not kept")
                 continue
+            if d.experiments.stalled(job.workload_id, name):
+                # its program's runs end before a pair of its windows fits: each try only disturbs
+                # a run (timm's 24-s image-folder training started a CPU trial on four runs in a
+                # row, each ended by the exit with no pair; H200 2026-12-04)
+                skipped.append(f"{name}: its last two tries on this program's runs ended before a pair")
+                continue
             lever = self.targets.live_lever(name, job)
             if lever is None:
                 skipped.append(f"{name} has nothing to act on")

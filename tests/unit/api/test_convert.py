@@ -44,3 +44,22 @@ def test_a_jobs_processes_carry_their_windows_and_detaches() -> None:
     (p,) = msg.processes
     assert (p.pid, p.windows_opened, p.detaches, p.ring_drops, p.alive) == (7, 12, 9, 1, True)
     assert msg.windows == 12
+
+
+def test_an_experiment_that_continues_an_earlier_runs_trial_is_served() -> None:
+    """A trial that spans runs carries the earlier run's pairs as arms with no window and no time
+    of this run; serving it raised KeyError (H200 2026-12-04: `gitmctl` asked for timm's
+    experiments and got an internal error). They are served, each naming the experiment it came
+    from."""
+    from gitmd.api.convert import experiment_to_pb
+    from gitmd.experiments.live import Experiment
+
+    e = Experiment(
+        5, "j", "cpu_affinity", {"cpus": [1, 2]}, "launch_bound", "running",
+        [{"arm": "A", "step_ms": 2.0, "gpu_busy": 0.5, "from": 3}, {"arm": "B", "step_ms": 1.5, "from": 3},
+         {"arm": "A", "window_id": 9, "step_ms": 2.1, "at_ns": 7}],
+    )  # fmt: skip
+    pb = experiment_to_pb(e)
+    assert [(a.arm, a.window_id, a.at_unix_ns, a.carried_from) for a in pb.arms] == [
+        ("A", 0, 0, 3), ("B", 0, 0, 3), ("A", 9, 7, 0)
+    ]  # fmt: skip

@@ -440,3 +440,39 @@ def test_no_live_trial_in_a_run_with_no_time_left_for_a_pair(tmp_path: Path) -> 
     why = run(None)  # its latest two runs lasted 3 s: less than a pair from their launch
     assert "less than one pair of trial windows" in why, why
     assert len(tried) == 2
+
+
+def test_a_lever_whose_last_two_tries_ended_with_no_pair_is_not_tried_again(tmp_path: Path) -> None:
+    """timm's image-folder training (H200 2026-12-04) started a CPU trial on four runs in a row,
+    each ended by the job's exit before a pair of windows: a lever whose last two tries on the
+    program's runs measured no pair of their own is not started again; another lever may be."""
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    tried: list[str] = []
+    svc.loop.targets.live_lever = lambda name, job: make_lever(name) if name == "sched_priority" else None  # type: ignore[method-assign]
+    svc.loop.trials.pool.submit = lambda fn, job_id, *rest: tried.append(job_id)  # type: ignore[method-assign,assignment,misc]
+    stall = Cause("host_contention", 1e6, 0.5, 0.7, ("x",), ("sched_priority",), True)
+    svc.loop.attribute.earlier_causes = lambda job, report: {"host_contention"}  # type: ignore[method-assign]
+    shows(svc, 1, [stall])
+
+    def run() -> tuple[str, str]:
+        view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
+        svc.jobs.set_workload(view.job.id, "w1")
+        svc.states.of(view.job.id).steady = True
+        why = svc.loop.choose.live(view.job.id)
+        svc.states.of(view.job.id).experiment = None
+        return view.job.id, why
+
+    for _ in range(2):  # each try ends with its job, no pair measured
+        job_id, why = run()
+        assert why == ""
+        ended = {"promote": False, "reason": "abandoned (job ended or gitmd stopping)"}
+        arms = [{"arm": "A", "window_id": 1, "step_ms": 2.0, "at_ns": 1}]
+        svc.experiments.record(
+            job_id, make_lever("sched_priority"), "host_contention", "abandoned", arms, ended
+        )
+    _, why = run()
+    assert "sched_priority: its last two tries on this program's runs ended before a pair" in why, why
+    assert len(tried) == 2
