@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -248,6 +249,11 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
 
 
 def commit() -> str:
+    """gitmd's commit as measured: GITMD_COMMIT when set (the GPU host's copy of the working tree
+    keeps the session's first commit in its .git: 2026-12-04 it said 44512fe+uncommitted for three
+    later commits), else what git says here."""
+    if os.environ.get("GITMD_COMMIT"):
+        return os.environ["GITMD_COMMIT"]
     git = ["git", "-C", str(ROOT), "describe", "--always", "--dirty=+uncommitted"]
     r = subprocess.run(git, capture_output=True, text=True)
     return r.stdout.strip() or "unknown"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rebuild bench/results/corpus-latest.json from every raw corpus file under bench/results
 (`corpus-<program>.json`, written by bench/corpus/scoreboard.py): per program its latest
-measurement, and its latest measured oracle (`oracle_raw`: the file it came from, which may be an
+measurement (with its runs, and the spread between its neighbouring plain runs: the noise its costs
+are read against), and its latest measured oracle (`oracle_raw`: the file it came from, which may be an
 older one). Nothing is estimated: a figure no raw file holds is null. Programs of the manifest
 never measured are listed with `measured_at` null.
 
@@ -11,6 +12,7 @@ never measured are listed with `measured_at` null.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tomllib
@@ -21,6 +23,28 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "bench" / "corpus"
 FIELDS = ("oracle_speedup", "first_policy_run", "delivered_speedup", "worst_run_cost", "median_run_cost",
           "violations")  # fmt: skip
+
+
+def _length(side: dict[str, Any]) -> float | None:
+    """A run's length as the scoreboard compares it: the program's own clock, else its wall time."""
+    x = side.get("clock") if side.get("clock") is not None else side.get("wall_s")
+    return float(x) if x else None
+
+
+def plain_spread(doc: dict[str, Any]) -> float | None:
+    """The noise a run's cost is read against, from the same call: the largest difference between
+    two plain runs that ran one after the other (the second of a BA pair and the first of the next
+    AB pair), as a cost is written (1 - shorter / longer). Each gitmd run is judged by one plain
+    run beside it: a cost below this is within what two plain runs differ by. None: no such
+    neighbours (fewer than 3 runs)."""
+    runs = doc.get("runs") or []
+    diffs = []
+    for x, y in itertools.pairwise(runs):
+        if x.get("order", [""])[-1] == "plain" and y.get("order", [""])[0] == "plain":
+            a, b = _length(x.get("plain") or {}), _length(y.get("plain") or {})
+            if a and b:
+                diffs.append(1 - min(a, b) / max(a, b))
+    return round(max(diffs), 4) if diffs else None
 
 
 def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
@@ -53,10 +77,14 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row.update({k: doc["summary"].get(k) for k in FIELDS})
             row["measured_at"] = doc["measured_at"]
             row["raw"] = raw
+            row["runs"] = len(doc.get("runs") or [])  # K asked (runs_asked); fewer when a budget ran out
+            row["runs_asked"] = doc.get("runs_asked")
+            row["plain_spread"] = plain_spread(doc)
         else:
             row.update({k: None for k in FIELDS})
             row["measured_at"] = None
             row["raw"] = None
+            row["runs"] = row["runs_asked"] = row["plain_spread"] = None
         row["oracle_raw"] = row["oracle_measured_on"] = None
         if name in oracles:  # the newest oracle measured, from its own file
             (date, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]

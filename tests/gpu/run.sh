@@ -96,7 +96,8 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/crash-soak.md" | head -8 | tr '\n' ' ' || echo "failed")
       ;;
     corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE,
-      # CORPUS_BUDGET_S (no program is started once it is spent)
+      # CORPUS_BUDGET_S (no program is started once it is spent), GITMD_COMMIT (the commit measured: the
+      # GPU host's copy of the tree keeps the session's first commit in .git; pass `git rev-parse` from here)
       corpus_src
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
         ${CORPUS_BUDGET_S:+--budget-s "$CORPUS_BUDGET_S"} \

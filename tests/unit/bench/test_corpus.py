@@ -120,3 +120,22 @@ def test_materialise_accepts_the_manifest(programs: list[dict]) -> None:
     loaded = materialise.load_manifest(CORPUS / "manifest.toml")
     assert [p["name"] for p in loaded] == [p["name"] for p in programs]
     materialise.group_by_repo(loaded)  # one commit per repo
+
+
+def test_the_summary_gives_the_noise_a_runs_cost_is_read_against() -> None:
+    """Each gitmd run is judged against one plain run beside it; on the H200 two plain runs of one
+    program in a row differed by up to 52% (timm-validate-imagefolder, 2026-12-04). The summary
+    gives, per program, the largest difference between neighbouring plain runs of the same call
+    (BA then AB), and how many of the asked runs were measured."""
+    summary = _load("summary")
+
+    def run(order: list[str], plain: float | None, clock: bool = True) -> dict:
+        side = {"clock": plain, "wall_s": 99.0} if clock else {"clock": None, "wall_s": plain}
+        return {"order": order, "plain": side, "gitmd": {}}
+
+    ab, ba = ["plain", "gitmd"], ["gitmd", "plain"]
+    doc = {"runs": [run(ab, 10.0), run(ba, 10.0), run(ab, 12.5), run(ba, 11.0), run(ab, 11.0)]}
+    assert summary.plain_spread(doc) == 0.2  # 10.0 then 12.5; 11.0 then 11.0
+    wall = {"runs": [run(ba, 4.0, clock=False), run(ab, 5.0, clock=False)]}
+    assert summary.plain_spread(wall) == 0.2  # no clock of its own: wall time
+    assert summary.plain_spread({"runs": [run(ab, 10.0), run(ba, 10.0)]}) is None  # no neighbours
