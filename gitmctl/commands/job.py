@@ -180,6 +180,7 @@ def cost_line(cost_json: str) -> str:
     )
     return (
         f"{share}: {c.get('windows', 0)} windows ({c.get('window_s', 0):.1f} s, "
-        f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model{observed}), losing trial arms "
+        f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model, "
+        f"{c.get('attached_model_s', 0):.2f} s more with CUPTI left attached{observed}), losing trial arms "
         f"{c.get('losing_arms_s', 0):.2f} s{trial}"
     )

@@ -175,6 +175,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "kinds": _kinds,
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
+        "attached_cost_us": _nonneg_float,
         "free_guard": _bool,
         "keep_windows": _int_range(0, 10_000),
     },

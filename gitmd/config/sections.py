@@ -113,6 +113,10 @@ class CaptureConfig:
     kinds: tuple[str, ...] = CAPTURE_KINDS
     overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
+    # CUPTI's cost per kernel launch between windows once a window has attached it (activity off,
+    # not detached): +44% on an 8.6-us launch loop, 3.8 us (H200, bench/results/2026-12-02-shim-h200.md);
+    # what gitmd's model of a run's cost counts from its first window on (gitmd/loop/cost.py)
+    attached_cost_us: float = 3.8
     # preload libgitm_guard.so (next to the shim) into jobs, so pin_host_buffer can page-lock hot
     # host buffers: it unregisters a range before the program frees or unmaps it
     free_guard: bool = True

@@ -3,6 +3,11 @@
 - ``window_s``: its capture windows' seconds, and ``capture_model_s`` what they cost it by gitmd's
   launch-cost model (capture/duty.py: kernels launched x capture.launch_cost_us; an upper bound that
   assumes the job is launch-bound) — a model, not a measurement;
+- ``attached_model_s``: the same model for the rest of the run from its first window on, when CUPTI
+  stays attached with its activity off (the shim's default: detaching crashed jobs): the seconds
+  outside windows x the launch rate its windows saw x capture.attached_cost_us, until the end of
+  its observation when capture.detach_cupti lets the shim detach then. Without it the model said
+  2-6% for timm trainings whose observed runs cost 3-30% by their own clocks (H200 2026-12-04);
 - ``losing_arms_s``: measured — each treatment window of a live trial that was not kept, its step
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
 - ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
@@ -95,6 +100,26 @@ def observation_of(
     return None, ""
 
 
+def attached_model_s(
+    d: Deps, st: Any, run_s: float | None, now_ns: int | None = None, since_ns: int = 0
+) -> float:
+    """What CUPTI left attached between and after the run's windows cost it by the launch-cost
+    model (see the module's ``attached_model_s``): 0 for a run that had no window. ``since_ns``:
+    the job's registration, before which no window of it opened."""
+    if not st.first_window_ns or st.window_s <= 0:
+        return 0.0
+    c = d.config.capture
+    end = now_ns if now_ns is not None else time.time_ns()
+    if c.detach_cupti and st.observation_end_ns:
+        end = min(end, st.observation_end_ns)
+    span = max(0.0, (end - max(st.first_window_ns, since_ns)) / 1e9)
+    if run_s:
+        span = min(span, run_s)  # never beyond the run's own length (a job the reaper ended late)
+    outside = max(0.0, span - st.window_s)
+    rate = st.window_kernels / st.window_s
+    return outside * min(1.0, rate * c.attached_cost_us * 1e-6)
+
+
 def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: float | None = None) -> str:
     """The ending job's cost record (JSON), from what the loop holds of it and the store. ``run_s``:
     its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported)."""
@@ -123,11 +148,14 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: fl
     # the run's length on the clock its excess was measured on (the shim's where it had one)
     length = wall_s if clock == "wall_s" else run_s or (wall_s if not windows else None)
     measured = None if trial_arm is None or not length else (lost + trial_arm) / length
-    model = st.window_model_s if observation is None else 0.0  # measured where it can be
+    attached = attached_model_s(d, st, run_s, since_ns=job.created_ns)
+    # measured where it can be
+    model = st.window_model_s + attached if observation is None else 0.0
     doc: dict[str, Any] = {
         "windows": windows,
         "window_s": round(st.window_s, 3),
         "capture_model_s": round(st.window_model_s, 3),
+        "attached_model_s": round(attached, 3),
         "losing_arms_s": round(arms, 3),
         "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
         "observation_s": None if observation is None else round(observation, 3),

@@ -249,7 +249,8 @@ class Observe:
         if self.d.capture is None or not self.observation_done(job_id):
             return False
         answers = self.d.capture.end_observation(job_id)
-        self.d.states.of(job_id).observed = True
+        st = self.d.states.of(job_id)
+        st.observed, st.observation_end_ns = True, time.time_ns()
         self.pub.note_phase(job_id)
         if answers:
             log.info(
@@ -302,6 +303,9 @@ class Observe:
         window_s = max(0.0, (window.end_real_ns - window.start_real_ns) / 1e9)
         kernels = sum(len(p.records.kernels) for p in window.processes)
         st.window_s += window_s
+        st.window_kernels += kernels
+        if window_s > 0 and not st.first_window_ns:
+            st.first_window_ns = window.start_real_ns
         model = duty.slowdown_in_window(kernels, window_s, d.config.capture.launch_cost_us)
         st.window_model_s += window_s * min(1.0, model)
         if steps is not None:

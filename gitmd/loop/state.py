@@ -79,6 +79,9 @@ class JobState:
     evidence: int = 0
     window_s: float = 0.0  # its capture windows' seconds, all of them (duty and trial windows)
     window_model_s: float = 0.0  # what they cost it by gitmd's launch-cost model (capture/duty.py)
+    window_kernels: int = 0  # the kernels its windows saw: its launch rate, with window_s
+    first_window_ns: int = 0  # CLOCK_REALTIME: its first window opened (CUPTI attached from then on)
+    observation_end_ns: int = 0  # CLOCK_REALTIME: its observation ended (CUPTI detached then, if allowed)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs and resting ones)
     # it was registered for the shim and goes without it (a resting run, a launch trial's run):
     # timed by its launcher; its clean end says nothing of whether the shim is safe for its program

@@ -12,7 +12,7 @@ from gitmctl.commands.job import cost_line
 from gitmd.capture import capture_file
 from gitmd.jobs.registry import Registration
 from gitmd.loop.cost import losing_arms_s
-from tests.unit.loop.helpers import PLANTED, make_service
+from tests.unit.loop.helpers import PLANTED, make_service, set_config
 
 
 def arms(*steps: tuple[str, float]) -> list[dict[str, object]]:
@@ -125,3 +125,32 @@ def test_runs_without_the_shim_are_measured_by_their_launchers_clock(tmp_path: P
     # baseline (runs without a window with run_s) is missing here: not known, never guessed
     c = run(None, observed=True, run_s=9.0)
     assert c["observation_s"] is None and c["observation_clock"] is None
+
+
+def test_the_model_counts_cupti_left_attached_after_the_first_window(tmp_path: Path) -> None:
+    """From a process's first window on CUPTI stays attached with its activity off (the shim never
+    detaches by default): +44% on a launch-bound loop, H200. The model counted launches inside
+    windows only and said 2-6% for timm trainings whose observed runs cost 3-30% by their own
+    clocks (H200 2026-12-04). It now counts the rest of the run at the windows' launch rate x
+    capture.attached_cost_us, never beyond the run's length, and only until the observation ended
+    when the shim may detach."""
+    from gitmd.loop.cost import attached_model_s
+
+    svc = make_service(tmp_path)
+    st = SimpleNamespace(first_window_ns=0, window_s=0.0, window_kernels=0, observation_end_ns=0)
+    assert attached_model_s(svc.loop.d, st, 10.0) == 0.0  # no window: nothing attached
+    s = 1_000_000_000
+    c = svc.config.capture
+    # 4 s of windows at 50,000 launches/s, the first opened at t=0, the run ended at t=10
+    st = SimpleNamespace(first_window_ns=100 * s, window_s=4.0, window_kernels=200_000, observation_end_ns=0)
+    frac = min(1.0, 50_000 * c.attached_cost_us * 1e-6)
+    assert abs(attached_model_s(svc.loop.d, st, 30.0, now_ns=110 * s) - 6.0 * frac) < 1e-9
+    assert abs(attached_model_s(svc.loop.d, st, 8.0, now_ns=110 * s) - 4.0 * frac) < 1e-9  # capped by run_s
+    # a window clock before the job's registration (another host's clock, a replayed capture):
+    # counted from the registration
+    assert abs(attached_model_s(svc.loop.d, st, None, now_ns=110 * s, since_ns=102 * s) - 4.0 * frac) < 1e-9
+    st.observation_end_ns = 105 * s  # the observation ended at t=5: a detach then ends the cost
+    assert abs(attached_model_s(svc.loop.d, st, 30.0, now_ns=110 * s) - 6.0 * frac) < 1e-9  # no detach
+    cfg = svc.config
+    set_config(svc, dataclasses.replace(cfg, capture=dataclasses.replace(cfg.capture, detach_cupti=True)))
+    assert abs(attached_model_s(svc.loop.d, st, 30.0, now_ns=110 * s) - 1.0 * frac) < 1e-9
