@@ -417,6 +417,22 @@ class JobRegistry:
             ).fetchone()
         return int(observed), int(since), int(last or 0)
 
+    def observed_cost_shares(self, launch_key: str, before_ns: int, runs: int = 3) -> builtins.list[float]:
+        """What gitmd cost each of the latest ``runs`` ended runs of ``launch_key`` registered
+        before ``before_ns`` that had a capture window, as a share of the run (their cost record's
+        ``share``: measured where it could be, else modelled; gitmd/loop/cost.py), newest first;
+        runs whose share is not known are left out."""
+        if not launch_key:
+            return []
+        with self.store.reading() as db:
+            rows = db.conn.execute(
+                "SELECT json_extract(cost, '$.share') FROM jobs WHERE launch_key = ? AND created_ns < ? "
+                "AND state IN ('exited', 'lost') AND windows > 0 AND json_valid(cost) "
+                "ORDER BY created_ns DESC LIMIT ?",
+                [launch_key, before_ns, runs],
+            ).fetchall()
+        return [float(r[0]) for r in rows if r[0] is not None]
+
     def observed_between(self, launch_key: str, after_ns: int, before_ns: int) -> int:
         """How many ended runs of ``launch_key`` registered strictly between the two times had a
         capture window."""

@@ -4,7 +4,9 @@ window's steps and fingerprint (which workload it is)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
+import statistics
 import time
 
 from gitmd.analysis.fingerprint import signature
@@ -91,8 +93,14 @@ class Observe:
         if observed < c.observe_runs:
             return ""
         gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
+        dear = ""
         if since >= gap:
-            return ""
+            # due by the backoff: unless its observed runs cost it more than the budget allows
+            # when spread over the runs between them (only asked here: most runs are not due)
+            amortised, dear = self.amortised_gap(job)
+            gap = min(max(gap, amortised), c.reobserve_every - 1)
+            if since >= gap:
+                return ""
         ex = self.d.config.experiments
         if ex.enabled and job.allow_exploration and not self.pub.known(job.id):
             for lever, (state, tried_ns) in self.d.experiments.workload_trials(job.workload_id).items():
@@ -110,7 +118,30 @@ class Observe:
             return ""  # consent given since it was last observed: numerics levers may now be tried
         return (
             f"its program was observed on {observed} earlier runs; this run is not observed (the next "
-            f"in {gap - since} runs: capture.reobserve_every)"
+            f"in {gap - since} runs: capture.reobserve_every{dear})"
+        )
+
+    def amortised_gap(self, job: Job) -> tuple[int, str]:
+        """How many runs of its program must go unobserved between two observed ones for what an
+        observed run costs it (the median share of its latest observed runs, gitmd/loop/cost.py) to
+        stay within capture.overhead_budget over those runs; with why, for the log ((0, "") when
+        no cost is known or no budget is set). Observing a launch-bound program costs it a
+        share no window placement avoids (CUPTI stays attached after the first window: timm
+        trainings lost 3-30% of an observed run, H200 2026-12-04): the backoff alone observed
+        such a program on 6 of its first 32 runs, whatever that cost."""
+        budget = self.d.config.capture.overhead_budget
+        if budget <= 0:
+            return 0, ""
+        shares = self.d.jobs.observed_cost_shares(job.launch_key, job.created_ns)
+        if not shares:
+            return 0, ""
+        share = statistics.median(shares)
+        runs = math.ceil(share / budget - 1e-9) - 1
+        if runs <= 0:
+            return 0, ""
+        return runs, (
+            f"; an observed run costs it {100 * share:.1f}%, so {runs} runs go unobserved between two "
+            f"to hold capture.overhead_budget ({100 * budget:.1f}%)"
         )
 
     def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:

@@ -4,6 +4,7 @@ capture windows come, how long each lasts, when they stop, and what is kept of t
 from __future__ import annotations
 
 import dataclasses
+import json
 import mmap
 import os
 import threading
@@ -564,3 +565,26 @@ def test_one_users_jobs_never_take_every_window_worker(tmp_path: Path) -> None:
     fn, job_id = queued.pop(0)
     fn(job_id)  # one of mine done: its place is free again
     assert ran == [mine[0]] and svc.loop.submit_window(mine[2])
+
+
+def test_a_program_whose_observed_runs_cost_much_is_observed_more_rarely(tmp_path: Path) -> None:
+    """Observing a launch-bound program costs it a share of the run no window placement avoids
+    (timm trainings lost 3-30% of an observed run, H200 2026-12-04). Once the backoff says a run
+    is due, its program's observed runs' cost (their cost record's share) spread over the runs
+    between two observations must fit capture.overhead_budget: at 5% against 1%, four runs go
+    unobserved between two, and the run says so."""
+    svc = make_service(tmp_path)
+    c = svc.config.capture
+    assert c.observe_runs == 2 and c.overhead_budget == 0.01
+    reg = Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid(), launcher_pid=os.getpid())
+    seen: list[bool] = []
+    for _ in range(12):
+        v, _ = svc.register_job(reg)
+        observed = not svc.states.of(v.job.id).resting
+        seen.append(observed)
+        if not observed and len(seen) == 6:
+            assert "an observed run costs it 5.0%, so 4 runs go unobserved" in svc.states.of(v.job.id).resting
+        cost = json.dumps({"share": 0.05 if observed else 0.0})
+        svc.jobs.exited(v.job.id, 0, windows=2 if observed else 0, cost=cost)
+    # the backoff alone: runs 1, 2, 4, 8; with the cost: 1, 2, then every fifth run
+    assert [i + 1 for i, o in enumerate(seen) if o] == [1, 2, 7, 12]
