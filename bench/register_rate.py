@@ -104,12 +104,20 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--fleet", action="store_true", help="with [fleet] on, against a PostgreSQL started here")
+    ap.add_argument(
+        "--checkpoint-every-s",
+        type=float,
+        default=None,
+        help="daemon.checkpoint_every_s (default: gitmd's); 0: SQLite's own checkpoint in the commits",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gitmd-reg-"))
     # the jobs registered here never start or end: spread over USERS users, each stays under a
     # per-user cap of open jobs that the registrations of this run cannot reach
     conf = '[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n[capture]\nwindow_every_s = 0\n'
     conf += "[daemon]\nmax_jobs_per_user = 1000\n"
+    if args.checkpoint_every_s is not None:
+        conf += f"checkpoint_every_s = {args.checkpoint_every_s}\n"
     pg = None
     if args.fleet:
         from bench.pgserver import Postgres
@@ -170,7 +178,15 @@ def main() -> int:
     print(f"| burst p99 | {burst['p99_ms']:.2f} ms | |")
     if args.json:
         args.json.write_text(
-            json.dumps({"sequential": lat, "burst": burst, "workloads": args.workloads}, indent=2)
+            json.dumps(
+                {
+                    "sequential": lat,
+                    "burst": burst,
+                    "workloads": args.workloads,
+                    "checkpoint_every_s": args.checkpoint_every_s,
+                },
+                indent=2,
+            )
         )
     return 0
 

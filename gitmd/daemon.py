@@ -121,6 +121,10 @@ class Daemon:
                 id=RETENTION_JOB_ID,
             )
             scheduler.add_job(lambda: self._prune(store), "interval", seconds=PRUNE_EVERY_S, id="store-prune")
+            if cfg.daemon.checkpoint_every_s > 0:  # the log's checkpoint off the request path
+                store.defer_checkpoints()
+                scheduler.add_job(store.checkpoint, "interval", seconds=cfg.daemon.checkpoint_every_s,
+                                  id="store-checkpoint")  # fmt: skip
             sampler.tick()  # a first reading before we answer anyone
             scheduler.start()
             self._on_stop("scheduler", lambda: scheduler.shutdown(wait=True))

@@ -146,6 +146,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "socket_mode": _mode,
         "log_level": _choice(LOG_LEVELS),
         "keep_days": _nonneg_float,
+        "checkpoint_every_s": _nonneg_float,
         "audit_max_rows": _int_range(0, 10**9),
         "max_jobs_per_user": _int_range(1, 100_000),
         "stored_bytes_per_user": _int_range(1 << 20, 1 << 40),

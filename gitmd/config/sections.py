@@ -35,6 +35,13 @@ class DaemonConfig:
     # registration beyond deletes that user's oldest ended jobs first, and is refused
     # (RESOURCE_EXHAUSTED) when their open jobs alone hold this much
     stored_bytes_per_user: int = 256 << 20
+    # the store's write-ahead log is copied into the database (a checkpoint, with its fsync) from a
+    # background thread this often, not inside whichever request's commit crossed SQLite's
+    # threshold: RegisterJob's sequential p99 over the socket 3.4-3.7 ms against 5.9-6.3 ms, and
+    # the 8-client burst rate not lower (2 cores, interleaved, 2026-12-04; every 1 s cost the
+    # burst more: bench/results/2026-12-04-store-checkpoint-cpu.md); SQLite's own checkpoint stays
+    # as a backstop at a larger log (gitmd/store/db.py). 0: SQLite's own only, on the request path
+    checkpoint_every_s: float = 5.0
 
     @property
     def socket_path(self) -> Path:

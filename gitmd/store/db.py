@@ -49,8 +49,17 @@ def bundled_migrations() -> list[Migration]:
     return found
 
 
+# SQLite checkpoints the write-ahead log itself once it holds this many pages (its default: 1000),
+# inside the commit that crossed it. The daemon checkpoints from a background connection instead
+# (Store.checkpoint, daemon.checkpoint_every_s); this larger threshold is only the backstop for when
+# that does not run (tools, tests) or falls behind: the log never grows past ~40 MiB.
+AUTOCHECKPOINT_PAGES = 10_000
+
+
 class Store:
-    """One connection, serialised by a lock: the daemon's threads (sampler, RPC pool) share it."""
+    """One connection, serialised by a lock: the daemon's threads (sampler, RPC pool) share it.
+    A second one, used only by ``checkpoint`` (a background thread), copies the write-ahead log
+    into the database without taking that lock."""
 
     def __init__(self, path: Path | str, migrations: list[Migration] | None = None) -> None:
         self.path = path
@@ -63,7 +72,35 @@ class Store:
             raise StoreError(f"cannot open the store {path}: {e}") from e
         self.db = sqlite_utils.Database(conn)
         self._lock = threading.RLock()
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_lock = threading.Lock()
         self.migrate(migrations if migrations is not None else bundled_migrations())
+
+    def defer_checkpoints(self) -> None:
+        """From now on the log is checkpointed by ``checkpoint`` (a background thread); SQLite's
+        own checkpoint only past AUTOCHECKPOINT_PAGES, as a backstop."""
+        with self._lock:
+            self.conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
+
+    def checkpoint(self) -> tuple[int, int] | None:
+        """Copy what the write-ahead log holds into the database (PASSIVE: it waits for no reader
+        or writer, and the request path's lock is not taken), from a connection of its own; the
+        fsync happens here, not in a request's commit. (log pages, pages checkpointed); None when
+        the store is in memory or the checkpoint could not run (it is tried again next time)."""
+        if str(self.path) in ("", ":memory:"):
+            return None
+        with self._checkpoint_lock:
+            try:
+                if self._checkpointer is None:
+                    self._checkpointer = sqlite3.connect(
+                        str(self.path), check_same_thread=False, isolation_level=None, timeout=1.0
+                    )
+                row = self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as e:
+                log.warning("store: background checkpoint failed (retried): %s", e)
+                return None
+        busy, pages, done = row
+        return (int(pages), int(done)) if not busy else None
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -157,6 +194,10 @@ class Store:
             return self.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
     def close(self) -> None:
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
         with self._lock:
             try:
                 self.conn.execute("PRAGMA optimize")

@@ -97,3 +97,27 @@ def test_a_full_store_is_said_as_such_and_changes_nothing(tmp_path: Path) -> Non
     store.conn.execute(f"PRAGMA max_page_count = {pages + 1000}")
     with store.transaction() as db:
         db.execute("INSERT INTO t VALUES (?)", ["y" * 100_000])
+
+
+def test_the_log_is_checkpointed_from_a_connection_of_its_own(tmp_path: Path) -> None:
+    """RegisterJob's p99 was SQLite's checkpoint (and its fsync) inside whichever commit crossed
+    its threshold: the daemon checkpoints from a background thread instead, on a second
+    connection, without the request path's lock; SQLite's own stays as a backstop at a larger log."""
+    from gitmd.store.db import AUTOCHECKPOINT_PAGES
+
+    s = Store(tmp_path / "g.db")
+    assert s.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000  # SQLite's, until deferred
+    s.defer_checkpoints()
+    assert s.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == AUTOCHECKPOINT_PAGES
+    ROW = "INSERT INTO audit (at_unix_ns, actor, action, outcome) VALUES (?, 'gitmd', 'a', 'ok')"
+    for i in range(50):
+        with s.transaction() as db:
+            db.execute(ROW, [i])
+    with s._lock:  # the request path's lock held: the checkpoint does not need it
+        got = s.checkpoint()
+    assert got is not None and got[0] > 0 and got[1] == got[0]  # every page of the log copied
+    with s.transaction() as db:
+        db.execute(ROW, [1])
+    assert s.checkpoint() is not None
+    s.close()
+    assert Store(":memory:").checkpoint() is None
