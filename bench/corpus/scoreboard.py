@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.corpus.ceiling import ceiling  # noqa: E402
 from bench.crash_soak import (  # noqa: E402
     CONFIG,
     CORPUS,
@@ -235,6 +236,24 @@ def attach_jobs(p: Program, g: Gitmd, runs: list[dict]) -> None:
             r["job"]["experiments"] = f"GetExperiment failed: {e}"
 
 
+def gpu_peaks(names: list[str], timeout_s: float) -> dict[str, Any]:
+    """The GPU's peaks the call's GEMM- and copy-bound programs are held to, measured now by
+    bench/corpus/ceiling.py in a process of its own ({} when no program needs one; {"error": ...}
+    when they could not be measured: the programs' fractions are then null)."""
+    if not names:
+        return {}
+    cmd = [sys.executable, str(Path(__file__).with_name("ceiling.py")), "--peaks", ",".join(names)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if r.returncode != 0:
+            return {"error": (r.stderr or r.stdout)[-2000:]}
+        peaks: dict[str, Any] = json.loads(r.stdout)
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as e:
+        return {"error": str(e)[:2000]}
+    print(f"peaks: {json.dumps(peaks)}", flush=True)
+    return peaks
+
+
 def summarise(runs: list[dict]) -> dict[str, Any]:
     first = next((r["run"] for r in runs if r["policy_at_launch"]), None)
     after = [r["ratio"] for r in runs if first is not None and r["run"] >= first and r["ratio"] is not None]
@@ -291,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     halves = tomllib.loads(split_file.read_text()).get("program", {}) if split_file.exists() else {}
     levers = [] if a.oracle_levers == "none" else [x for x in a.oracle_levers.split(",") if x] or None
     a.out.mkdir(parents=True, exist_ok=True)
+    peaks = gpu_peaks(sorted({meta[n]["work"]["peak"] for n in names if "work" in meta[n]}), a.timeout_s)
     logs = a.out / "logs"
     logs.mkdir(exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="gitm-corpus-"))
@@ -338,6 +358,16 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs,
             "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
         }
+        if "work" in meta[name]:  # a GEMM- or copy-bound program: its share of the GPU's ceiling
+            doc["ceiling"] = {
+                **ceiling(
+                    meta[name]["work"],
+                    [r["plain"]["clock"] for r in runs],
+                    [r["gitmd"]["clock"] for r in runs],
+                    peaks,
+                ),
+                "peaks": peaks,
+            }
         (a.out / f"corpus-{name}.json").write_text(json.dumps(doc, indent=1))
         best = f"{orc.get('best')} {orc.get('best_speedup')}" if orc["measured"] else "not measured"
         first = "none" if s["first_policy_run"] is None else str(s["first_policy_run"])

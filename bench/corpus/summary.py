@@ -80,7 +80,15 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row["runs"] = len(doc.get("runs") or [])  # K asked (runs_asked); fewer when a budget ran out
             row["runs_asked"] = doc.get("runs_asked")
             row["plain_spread"] = plain_spread(doc)
+            # a GEMM- or copy-bound program's share of the peak measured in its call (ceiling.py)
+            c = doc.get("ceiling")
+            row["ceiling"] = (
+                {k: c.get(k) for k in ("peak", "unit", "peak_value", "plain_fraction", "gitmd_fraction")}
+                if isinstance(c, dict)
+                else None
+            )
         else:
+            row["ceiling"] = None
             row.update({k: None for k in FIELDS})
             row["measured_at"] = None
             row["raw"] = None

@@ -139,3 +139,27 @@ def test_the_summary_gives_the_noise_a_runs_cost_is_read_against() -> None:
     wall = {"runs": [run(ba, 4.0, clock=False), run(ab, 5.0, clock=False)]}
     assert summary.plain_spread(wall) == 0.2  # no clock of its own: wall time
     assert summary.plain_spread({"runs": [run(ab, 10.0), run(ba, 10.0)]}) is None  # no neighbours
+
+
+def test_a_programs_share_of_the_gpus_ceiling(programs: list[dict]) -> None:
+    """A GEMM- or copy-bound program says what one reading of its own clock is worth (`work`), from
+    its command; its throughput by that clock is held to a peak measured in the same call. Every
+    such entry is usable and reads its own clock (wall time would count start-up as work)."""
+    ceiling = _load("ceiling")
+    sgemm = next(p for p in programs if p["name"] == "cupy-sgemm")
+    assert sgemm["work"]["per_clock"] == 2 * 4096**3  # its command's --m/--n/--k 4096
+    for p in programs:
+        if "work" in p:
+            assert ceiling.check_work(p["work"]) == "", p["name"]
+            assert p["step_clock"] != "wall", p["name"]
+    work = sgemm["work"]
+    assert abs(ceiling.throughput(work, 20.0) - 2 * 4096**3 / 0.020 / 1e12) < 1e-9  # 20 ms: 6.87 TFLOP/s
+    peaks = {"fp32_gemm": {"value": 50.0, "unit": "TFLOP/s"}}
+    c = ceiling.ceiling(work, [20.0, 22.0, None], [10.0, 11.0], peaks)  # type: ignore[list-item]
+    assert c["unit"] == "TFLOP/s" and c["peak_value"] == 50.0
+    assert c["plain_fraction"] == round(2 * 4096**3 / 0.021 / 1e12 / 50.0, 4)  # the median reading
+    assert c["gitmd_fraction"] == round(2 * 4096**3 / 0.0105 / 1e12 / 50.0, 4)
+    nothing = ceiling.ceiling(work, [20.0], [], {"error": "no CUDA device"})
+    assert nothing["plain_fraction"] is None and nothing["gitmd_value"] is None  # not measured: null
+    assert "work.peak" in ceiling.check_work({"peak": "fp64", "per_clock": 1, "clock_s": 1})
+    assert "work.clock_s" in ceiling.check_work({"peak": "fp32_gemm", "per_clock": 1, "clock_s": 0})
