@@ -159,6 +159,9 @@ class Daemon:
                 from gitmd.fleet import FleetSync
 
                 fleet = FleetSync(cfg.fleet, library, gpus[0].name if gpus else "", backend.driver_version())
+                fleet.jobs_frameworks = (
+                    self.service.jobs.workload_frameworks
+                )  # shown beside a pulled policy's
                 fleet.start()
                 self.service.loop.d.fleet_miss = fleet.trigger
                 self.service.fleet = fleet

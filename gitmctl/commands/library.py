@@ -168,6 +168,16 @@ def _held(evidence: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _learned_with(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    """The frameworks the policy was learned with (distribution and version) and, for one from
+    the fleet, where this node's runs of the workload ran other versions."""
+    fw = evidence.get("frameworks")
+    if not isinstance(fw, dict) or not fw:
+        return []
+    said = ", ".join(f"{k} {v}" for k, v in sorted(fw.items()))
+    return [(said, str(evidence.get("frameworks_differ") or "-"))]
+
+
 def _outcome(o: dict[str, Any]) -> tuple[str, str, str]:
     word = "held" if o.get("held") else "suspect" if o.get("suspect") else "not held"
     speed = f"{o['speedup']:.3f}x" if isinstance(o.get("speedup"), (int, float)) else "-"
@@ -252,6 +262,12 @@ def run(args: argparse.Namespace, client: Client) -> int:
         if held:
             print()
             render.table(("POLICY", "NODE", "ON ITS OWN RUNS", "SPEEDUP", "WHY"), held)
+        learned = [
+            (str(p.id), *r) for p in w.policies for r in _learned_with(json.loads(p.evidence_json or "{}"))
+        ]
+        if learned:
+            print()
+            render.table(("POLICY", "LEARNED WITH", "HERE"), learned)
         if w.launch_trials:
             print()
             render.table(

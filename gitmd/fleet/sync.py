@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -257,6 +258,10 @@ class FleetSync:
         return applied, refused, len(rows) == BATCH
 
     # -- applying what others learned ----------------------------------------------------------------
+    # the frameworks this node's own runs of a workload ran (JobRegistry.workload_frameworks; None:
+    # not known here), set by the daemon
+    jobs_frameworks: Any = None
+
     def apply(self, kind: str, node: str, origin: str, gpu_model: str, payload: Any, seq: int) -> None:
         if not isinstance(payload, dict):
             raise RefusedEvent("payload is not an object")
@@ -321,9 +326,19 @@ class FleetSync:
         name = str(w.get("name", ""))[:256]
         wid = self.library.adopt(sig, name, keys)
         driver = str(payload.get("driver", ""))[:64]
-        evidence = {"source": "fleet", "node": node, "origin": origin, "fleet_seq": seq, "driver": driver}
+        evidence: dict[str, Any] = {
+            "source": "fleet", "node": node, "origin": origin, "fleet_seq": seq, "driver": driver
+        }  # fmt: skip
         if driver and self.driver and driver.split(".")[0] != self.driver.split(".")[0]:
             evidence["driver_differs"] = f"learned with driver {driver}, this node has {self.driver}"
+        # what it was learned with: shown, never a reason to refuse it (the rule: this node confirms
+        # it on its own first runs, which is where a difference that matters shows)
+        theirs = plain_frameworks((payload.get("evidence") or {}).get("frameworks"))
+        if theirs:
+            evidence["frameworks"] = theirs
+            differs = frameworks_differ(theirs, self.jobs_frameworks(wid) if self.jobs_frameworks else {})
+            if differs:
+                evidence["frameworks_differ"] = differs
         p = self.library.add_policy(
             wid, env, "validated", speedup, tuple(ci) if ci else None, evidence, gpu_model, driver, live=live
         )
@@ -506,3 +521,27 @@ class FleetSync:
         if self._thread is not None:
             self._thread.join(timeout=self.cfg.connect_timeout_s + 5)
         self.close()
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}$")
+
+
+def plain_frameworks(raw: Any) -> dict[str, str]:
+    """A policy's frameworks as another node sent them, kept only when plain: at most 16 names and
+    versions of letters, digits and ._+!- (anything else is dropped, never shown)."""
+    if not isinstance(raw, dict):
+        return {}
+    out = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+    out = {k: v for k, v in out.items() if _PLAIN.match(k) and _PLAIN.match(v)}
+    return dict(sorted(out.items())[:16])
+
+
+def frameworks_differ(theirs: dict[str, str], mine: dict[str, str]) -> str:
+    """The frameworks both sides ran at other versions, said in one line ("" : none, or nothing
+    known here)."""
+    diff = [
+        f"{k} {theirs[k]} there, {mine[k]} here"
+        for k in sorted(set(theirs) & set(mine))
+        if theirs[k] != mine[k]
+    ]
+    return "; ".join(diff)

@@ -512,6 +512,30 @@ class JobRegistry:
             )
             return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
 
+    def set_frameworks(self, job_id: str, frameworks: dict[str, str]) -> None:
+        """The frameworks its process runs (gitmd/jobs/frameworks.py), kept with the job."""
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET frameworks = ? WHERE id = ?",
+                [json.dumps(frameworks, sort_keys=True), job_id],
+            )
+
+    def workload_frameworks(self, workload_id: str) -> dict[str, str]:
+        """The frameworks the workload's latest run that recorded any ran ({} : none did)."""
+        if not workload_id:
+            return {}
+        with self.store.reading() as db:
+            row = db.conn.execute(
+                "SELECT frameworks FROM jobs WHERE workload_id = ? AND frameworks != '' "
+                "ORDER BY created_ns DESC LIMIT 1",
+                [workload_id],
+            ).fetchone()
+        try:
+            got = json.loads(row[0]) if row else {}
+        except json.JSONDecodeError:
+            return {}
+        return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:
             db.execute("UPDATE jobs SET workload_id = ? WHERE id = ?", [workload_id, job_id])

@@ -16,6 +16,7 @@ from gitmd.analysis.steps import JobSteps, job_steps
 from gitmd.capture import capture_file, duty
 from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import WindowResult
+from gitmd.jobs.frameworks import frameworks_of
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
 from gitmd.loop.deps import Deps
@@ -339,6 +340,9 @@ class Observe:
             st.first_window_ns = window.start_real_ns
         model = duty.slowdown_in_window(kernels, window_s, d.config.capture.launch_cost_us)
         st.window_model_s += window_s * min(1.0, model)
+        if not st.frameworks_seen and window.processes:
+            st.frameworks_seen = True
+            self.record_frameworks(job.id, steps.pid if steps is not None else window.processes[0].pid)
         if steps is not None:
             main = next(p for p in window.processes if p.pid == steps.pid)
             sig = signature(main.records, steps.stats)
@@ -358,6 +362,16 @@ class Observe:
                     job = d.jobs.get(job.id)
         self.pub.publish("window", self.pub.view(job))
         return steps
+
+    def record_frameworks(self, job_id: str, pid: int) -> None:
+        """The frameworks the job's process runs, kept with the job: a policy learned on its
+        workload says what it was learned with (never in the way of the window)."""
+        try:
+            found = frameworks_of(pid)
+            if found:
+                self.d.jobs.set_frameworks(job_id, found)
+        except Exception:
+            log.exception("the frameworks of job %s's process %d could not be read", job_id, pid)
 
     def changed(self, job_id: str) -> bool:
         """Something gitmd applied is in force on the job: a policy or a launch trial's arm at

@@ -82,6 +82,7 @@ class JobState:
     window_kernels: int = 0  # the kernels its windows saw: its launch rate, with window_s
     first_window_ns: int = 0  # CLOCK_REALTIME: its first window opened (CUPTI attached from then on)
     observation_end_ns: int = 0  # CLOCK_REALTIME: its observation ended (CUPTI detached then, if allowed)
+    frameworks_seen: bool = False  # the frameworks its process runs were looked up (once a job)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs and resting ones)
     # it was registered for the shim and goes without it (a resting run, a launch trial's run):
     # timed by its launcher; its clean end says nothing of whether the shim is safe for its program

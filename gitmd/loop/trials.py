@@ -191,6 +191,7 @@ class Trials:
                 "reason": dec.reason,
                 "scope_uid": None,  # gitmd measured it from its own windows
                 "scheduler_job_id": job.scheduler_job_id,
+                "frameworks": d.jobs.workload_frameworks(job.workload_id),  # what it was learned with
             },
             gpu_model=d.gpu_model(),
             driver=d.backend.driver_version() or "",
@@ -342,6 +343,9 @@ class Trials:
                 "predicted_max": t.bound if t.bound != float("inf") else None,
                 "predicted": t.predicted or None,
                 "scope_uid": job.uid if reported else None,
+                # what it was learned with: the trial's runs went without the shim, so the latest
+                # observed run of the workload says
+                "frameworks": d.jobs.workload_frameworks(t.workload_id),
             },
             gpu_model=d.gpu_model(),
             driver=d.backend.driver_version() or "",

@@ -91,6 +91,7 @@ def record_tune(
                 "scope_uid": scope_uid,
                 "by": actor,
                 "scheduler_job_id": job.scheduler_job_id,
+                "frameworks": d.jobs.workload_frameworks(job.workload_id),  # what it was learned with
             },
             gpu_model=d.gpu_model(),
             driver=d.backend.driver_version() or "",

@@ -422,3 +422,22 @@ def test_a_pin_from_the_fleet_never_overrides_this_nodes_admin_nor_pins_its_own_
     )
     b.run_once()
     assert b.library.get_policy(mine.id).status == "validated"
+
+
+def test_what_a_policy_was_learned_with_reaches_the_other_nodes(fresh: Postgres, tmp_path: Path) -> None:
+    """A policy's evidence says which frameworks its runs had mapped; a node that gets it from the
+    fleet keeps them (plain names and versions only) and says where its own runs of the workload
+    ran other versions. The difference is shown, not a reason to refuse: this node confirms the
+    policy on its own first runs anyway."""
+    a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
+    b.jobs_frameworks = lambda wid: {"torch": "2.10.0", "numpy": "2.3.1"}
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    learned = {"torch": "2.11.0+cu130", "numpy": "2.3.1", "$(id)": "1", "triton": "3.5; rm -rf /"}
+    a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.4, (1.2, 1.6),
+                         {"source": "live", "frameworks": learned}, GPU, "580.159.04")  # fmt: skip
+    assert a.run_once() == (1, 0, 0) and b.run_once() == (0, 1, 0)
+    w = b.library.by_launch_key(KEY)
+    assert w is not None
+    (got,) = b.library.get(w.id).policies
+    assert got.evidence["frameworks"] == {"numpy": "2.3.1", "torch": "2.11.0+cu130"}
+    assert got.evidence["frameworks_differ"] == "torch 2.11.0+cu130 there, 2.10.0 here"

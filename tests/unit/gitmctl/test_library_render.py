@@ -31,3 +31,13 @@ def test_the_import_limit_is_gitmds_and_a_request_cannot_be_larger() -> None:
     from gitmd.store.library_document import MAX_IMPORT_BYTES
 
     assert ctl_limit == MAX_IMPORT_BYTES and MAX_IMPORT_BYTES < MAX_RECEIVE_BYTES <= 17 << 20
+
+
+def test_a_policy_says_what_it_was_learned_with() -> None:
+    from gitmctl.commands.library import _learned_with
+
+    assert _learned_with({"source": "live"}) == []
+    fw = {"torch": "2.11.0+cu130", "numpy": "2.3.1"}
+    assert _learned_with({"frameworks": fw}) == [("numpy 2.3.1, torch 2.11.0+cu130", "-")]
+    differ = "torch 2.11.0+cu130 there, 2.10.0 here"
+    assert _learned_with({"frameworks": fw, "frameworks_differ": differ})[0][1] == differ

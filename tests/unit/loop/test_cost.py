@@ -154,3 +154,17 @@ def test_the_model_counts_cupti_left_attached_after_the_first_window(tmp_path: P
     cfg = svc.config
     set_config(svc, dataclasses.replace(cfg, capture=dataclasses.replace(cfg.capture, detach_cupti=True)))
     assert abs(attached_model_s(svc.loop.d, st, 30.0, now_ns=110 * s) - 1.0 * frac) < 1e-9
+
+
+def test_a_jobs_first_window_records_the_frameworks_its_process_runs(tmp_path: Path) -> None:
+    """A policy's evidence says what it was learned with: the job's process's mapped frameworks,
+    read once, at its first window (here this test's own process, which has numpy's and grpcio's
+    native libraries mapped from its site-packages)."""
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    window = capture_file.loads((PLANTED.parent / "late-kernels" / "3.npz").read_bytes())
+    mine = [dataclasses.replace(p, pid=os.getpid()) for p in window.processes]
+    svc.loop.observe.after_window(dataclasses.replace(window, job_id=view.job.id, processes=mine))
+    with svc.jobs.store.reading() as db:
+        (raw,) = db.conn.execute("SELECT frameworks FROM jobs WHERE id = ?", [view.job.id]).fetchone()
+    assert "numpy" in json.loads(raw), raw

@@ -300,6 +300,11 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
         arm = plan.trial.split("arm ")[1][0] if plan.trial else "-"
         return arm, plan.env, plan.capture
 
+    # an earlier observed run of the workload had these frameworks mapped (Observe.record_frameworks)
+    first, _ = svc.register_job(Registration("train", ("python", "train.py"), "/srv", os.getuid(),
+                                             os.getgid(), launch_key="train"))  # fmt: skip
+    svc.jobs.set_frameworks(first.job.id, {"torch": "2.11.0+cu130"})
+    svc.report_exit(first.job.id, 0)
     t = svc.trials.plan(wid, make("tf32_override"), "fp32_gemm", 0.9)
     assert t is not None
     seen = []
@@ -315,3 +320,4 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     assert done.state == "promoted" and done.decision["low"] > 4, done.decision
     (policy,) = svc.workload(wid).policies
     assert policy.evidence["metric"].startswith("wall_s: the launcher's clock")
+    assert policy.evidence["frameworks"] == {"torch": "2.11.0+cu130"}  # what it was learned with
