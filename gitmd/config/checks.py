@@ -177,6 +177,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
         "overhead_budget": _fraction,
         "launch_cost_us": _nonneg_float,
         "attached_cost_us": _nonneg_float,
+        "observation_budget": _nonneg_float,
         "free_guard": _bool,
         "keep_windows": _int_range(0, 10_000),
     },

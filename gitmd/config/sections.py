@@ -118,10 +118,11 @@ class CaptureConfig:
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
     kinds: tuple[str, ...] = CAPTURE_KINDS
-    # amortised slowdown capture may cost a job: within a run (the window period is stretched to
-    # hold it) and across a recurring program's runs (once the backoff says a run is due, the
-    # program's observed runs' cost share spread over the unobserved runs between them must fit)
-    overhead_budget: float = 0.01
+    overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job within a run
+    # what observing may cost a recurring program across its runs: once the backoff says a run is
+    # due, the program's observed runs' cost share (their cost record) spread over the unobserved
+    # runs between two observed ones must fit (Observe.amortised_gap); 0: the backoff alone
+    observation_budget: float = 0.01
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
     # CUPTI's cost per kernel launch between windows once a window has attached it (activity off,
     # not detached): +44% on an 8.6-us launch loop, 3.8 us (H200, bench/results/2026-12-02-shim-h200.md);

@@ -125,12 +125,12 @@ class Observe:
     def amortised_gap(self, job: Job) -> tuple[int, str]:
         """How many runs of its program must go unobserved between two observed ones for what an
         observed run costs it (the median share of its latest observed runs, gitmd/loop/cost.py) to
-        stay within capture.overhead_budget over those runs; with why, for the log ((0, "") when
+        stay within capture.observation_budget over those runs; with why, for the log ((0, "") when
         no cost is known or no budget is set). Observing a launch-bound program costs it a
         share no window placement avoids (CUPTI stays attached after the first window: timm
         trainings lost 3-30% of an observed run, H200 2026-12-04): the backoff alone observed
         such a program on 6 of its first 32 runs, whatever that cost."""
-        budget = self.d.config.capture.overhead_budget
+        budget = self.d.config.capture.observation_budget
         if budget <= 0:
             return 0, ""
         shares = self.d.jobs.observed_cost_shares(job.launch_key, job.created_ns)
@@ -142,7 +142,7 @@ class Observe:
             return 0, ""
         return runs, (
             f"; an observed run costs it {100 * share:.1f}%, so {runs} runs go unobserved between two "
-            f"to hold capture.overhead_budget ({100 * budget:.1f}%)"
+            f"to hold capture.observation_budget ({100 * budget:.1f}%)"
         )
 
     def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:

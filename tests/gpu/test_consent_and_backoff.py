@@ -77,7 +77,11 @@ def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: A
 
 @pytest.mark.timeout(400)
 def test_a_recurring_program_is_observed_on_runs_1_2_4_and_8(daemon_factory: Any) -> None:
-    d: Daemon = daemon_factory(config_text=CONFIG.format(port=free_port()))
+    # the backoff alone: capture.observation_budget (fewer observed runs for a program whose observed
+    # runs cost much, as this launch-bound loop's may) is off here; it is tested on the CPU
+    # (tests/unit/loop/test_observe.py)
+    config = CONFIG.format(port=free_port()) + "observation_budget = 0\n"
+    d: Daemon = daemon_factory(config_text=config)
     program = [sys.executable, str(W / "launch_bound.py"), "--steps", "3000"]
     runs: list[dict[str, Any]] = []
     try:

@@ -571,11 +571,11 @@ def test_a_program_whose_observed_runs_cost_much_is_observed_more_rarely(tmp_pat
     """Observing a launch-bound program costs it a share of the run no window placement avoids
     (timm trainings lost 3-30% of an observed run, H200 2026-12-04). Once the backoff says a run
     is due, its program's observed runs' cost (their cost record's share) spread over the runs
-    between two observations must fit capture.overhead_budget: at 5% against 1%, four runs go
-    unobserved between two, and the run says so."""
+    between two observations must fit capture.observation_budget: at 5% against 1%, four runs go
+    unobserved between two, and the run says so (capture.observation_budget)."""
     svc = make_service(tmp_path)
     c = svc.config.capture
-    assert c.observe_runs == 2 and c.overhead_budget == 0.01
+    assert c.observe_runs == 2 and c.observation_budget == 0.01
     reg = Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid(), launcher_pid=os.getpid())
     seen: list[bool] = []
     for _ in range(12):
