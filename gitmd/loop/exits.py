@@ -16,6 +16,7 @@ from gitmd.loop.attribute import Attribute
 from gitmd.loop.cost import run_cost
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
+from gitmd.loop.state import Phase
 from gitmd.loop.trials import Trials
 from gitmd.loop.views import JobView, stored_view
 from gitmd.store.crashes import crash_signal, signal_name
@@ -93,8 +94,9 @@ class Exits:
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
         st = d.states.get(job_id)
-        # without the shim by gitmd's choice (a resting run, a launch trial's), not by a crash mark
-        shimless = bool(st and st.shimless)
+        # without the shim by gitmd's choice (a resting run, a launch trial's), not by a crash mark;
+        # after a gitmd restart (no state of it held) its row says so: untraced in those phases
+        shimless = bool(st and st.shimless) or self.untraced(job_id)
         crash = self.crash(job_id, exit_code)
         # a launch trial's run without the shim is timed by its launcher (Launch.register)
         length, clock = (wall_s, "wall_s") if shimless else (run_s, "run_s")
@@ -119,6 +121,17 @@ class Exits:
                      job.id, job.name)  # fmt: skip
         self.pub.publish("exited", view)
         return view
+
+    def untraced(self, job_id: str) -> bool:
+        """The job's row says gitmd registered it for the shim and then let it go without
+        (Launch.register: its phase written then), not that it ran without capture by a crash mark
+        or its own choice (those have no phase)."""
+        job = self.d.jobs.get(job_id)
+        return (
+            not job.capture
+            and job.launcher != (0, 0)
+            and job.phase in (Phase.OBSERVED.value, Phase.TRIAL_RUN.value)
+        )
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         """End jobs whose launcher never reported: every process gone for REAP_AFTER_S, or never

@@ -196,3 +196,29 @@ def test_a_job_whose_exit_came_while_the_reaper_looked_is_not_lost(tmp_path: Pat
         svc.jobs.list = listed  # type: ignore[method-assign]
     job = svc.jobs.get(view.job.id)
     assert job.state == "exited" and job.exit_code == 0
+
+
+def test_a_run_gitmd_let_go_without_the_shim_never_clears_a_crash_mark_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A clean run without capture clears its program's crash mark (capture resumes): that is the
+    proof its crash was its own. A run the backoff (or a launch trial) sent without the shim proves
+    nothing of the kind, also when gitmd restarted meanwhile and holds no state of it: its row says
+    how it was registered."""
+    import json as _json
+
+    from gitmd.jobs.registry import Registration
+    from tests.unit.loop.helpers import make_service
+
+    svc = make_service(tmp_path)
+    reg = Registration("t", ("python", "t.py"), "/", os.getuid(), os.getgid(), launcher_pid=os.getpid())
+    for _ in range(2):  # two observed runs: the next one rests, without the shim
+        v, _ = svc.register_job(reg)
+        svc.jobs.exited(v.job.id, 0, windows=2, cost=_json.dumps({"share": 0.0}))
+    v, plan = svc.register_job(reg)
+    assert svc.states.of(v.job.id).resting and not plan.capture
+    job = svc.jobs.get(v.job.id)
+    svc.crashes.mark(job.workload_id, job.launch_key, "earlier", "may be gitmd's: died of SIGSEGV")
+    svc.states.drop(v.job.id)  # gitmd restarted: nothing held of the run
+    svc.report_exit(v.job.id, 0)
+    assert svc.crashes.find(job.workload_id, job.launch_key) is not None
