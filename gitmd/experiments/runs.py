@@ -12,9 +12,10 @@ gets faster runs; one that runs for a fixed time shows no gain, so nothing is pr
 false gain. Its outputs for the contract are its exit status and the stdout metric values its
 launcher reported at exit. A run that goes without the shim (gitmctl run times it: Launch.register)
 is timed by its launcher instead, exec to exit; a trial's pairs compare runs on one clock only (a
-pair on two clocks is spoiled). Once ``rounds`` pairs are complete the trial is decided like any
-experiment (paired t interval; the contract must hold in every pair); a promoted lever becomes a
-validated policy of the workload, so the next launch gets it at once with no experiment.
+pair off the trial's clock, the latest measured run's, is spoiled). Once ``rounds`` pairs are
+complete the trial is decided like any experiment (paired t interval; the contract must hold in
+every pair); a promoted lever becomes a validated policy of the workload, so the next launch gets
+it at once with no experiment.
 
 A speedup larger than its cause allows is a measurement error, not a win: attribution said what
 share of the run the cause cost, so removing it all gives at most 1 / (1 - share); a trial whose
@@ -79,22 +80,24 @@ class LaunchTrial:
         return first if n % 2 == 0 else second
 
     def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Complete (A, B) pairs, in run order: both runs ended with a length on one clock and
-        neither crashed."""
+        """Complete (A, B) pairs, in run order: both runs ended with a length on the trial's clock
+        (``clock``: one decision never mixes clocks) and neither crashed."""
         out = []
+        clock = self.clock()
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            if all(_measured(r) for r in (x, y)) and _clock(x) == _clock(y):
+            if all(_measured(r) and _clock(r) == clock for r in (x, y)):
                 out.append((x, y) if x["arm"] == "A" else (y, x))
         return out
 
     def spoiled(self) -> int:
-        """Runs that are no evidence: ended with no length or crashed, and the second run of each
-        pair whose runs were timed on two clocks."""
+        """Runs that are no evidence: ended with no length or crashed, and one run of each
+        complete pair not on the trial's clock."""
         bad = sum(1 for r in self.runs if r.get("done") and not _measured(r))
+        clock = self.clock()
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            bad += all(_measured(r) for r in (x, y)) and _clock(x) != _clock(y)
+            bad += all(_measured(r) for r in (x, y)) and not (_clock(x) == _clock(y) == clock)
         return bad
 
     def clock(self) -> str:

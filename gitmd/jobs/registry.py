@@ -496,8 +496,9 @@ class JobRegistry:
         self, launch_key: str, exclude: set[str], runs: int = 5, clock: str = "run_s"
     ) -> builtins.list[float]:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
-        policy and no crash, less ``exclude`` (job ids): the workload's run-to-run spread. ``clock``:
-        "run_s" (the shim's) or "wall_s" (the launcher's; runs that went without the shim only)."""
+        policy, no crash and no launch trial's lever (its B arm), less ``exclude`` (job ids): the
+        workload's run-to-run spread. ``clock``: "run_s" (the shim's) or "wall_s" (the launcher's;
+        runs that went without the shim only)."""
         if not launch_key:
             return []
         if clock not in ("run_s", "wall_s"):
@@ -507,6 +508,7 @@ class JobRegistry:
             rows = db.query(
                 f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
                 f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {clock} > 0 {shimless}"
+                "AND COALESCE(CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END, '') != 'B' "
                 "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, runs + len(exclude)],
             )

@@ -120,9 +120,17 @@ def attached_model_s(
     return outside * min(1.0, rate * c.attached_cost_us * 1e-6)
 
 
-def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: float | None = None) -> str:
+def run_cost(
+    d: Deps,
+    job_id: str,
+    run_s: float | None,
+    windows: int,
+    wall_s: float | None = None,
+    trial_id: int | None = None,
+) -> str:
     """The ending job's cost record (JSON), from what the loop holds of it and the store. ``run_s``:
-    its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported)."""
+    its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported);
+    ``trial_id``: the launch trial it was a run of (None: the state's, if it still holds one)."""
     st = d.states.get(job_id)
     if st is None:
         return ""
@@ -130,8 +138,9 @@ def run_cost(d: Deps, job_id: str, run_s: float | None, windows: int, wall_s: fl
     arms = losing_arms_s(d.experiments.of_job(job_id), d.config.capture.window_duration_s)
     trial_arm: float | None = 0.0
     arm = ""
-    if st.trial_id is not None:
-        trial = next((t for t in d.launch_trials.of_workload(job.workload_id) if t.id == st.trial_id), None)
+    tid = trial_id if trial_id is not None else st.trial_id
+    if tid is not None:
+        trial = next((t for t in d.launch_trials.of_workload(job.workload_id) if t.id == tid), None)
         found = next((r.get("arm") for r in trial.runs if r.get("job_id") == job_id), "") if trial else ""
         arm = str(found or "")
         if arm == "B":

@@ -100,13 +100,14 @@ class Exits:
         crash = self.crash(job_id, exit_code)
         # a launch trial's run without the shim is timed by its launcher (Launch.register)
         length, clock = (wall_s, "wall_s") if shimless else (run_s, "run_s")
+        trial_id = st.trial_id if st is not None else None  # run_ended lets go of it
         try:
             self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock)
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)
         out = self.outcome(job_id)
-        cost = self.cost(job_id, run_s, out["windows"], wall_s)
+        cost = self.cost(job_id, run_s, out["windows"], wall_s, trial_id)
         view = self.ended(
             d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, wall_s=wall_s, **out)
         )
@@ -170,11 +171,12 @@ class Exits:
             if d.jobs.get(job.id).state in ("exited", "lost"):
                 continue  # its exit was reported meanwhile: not lost
             self.trials.end_live(job.id, "the job was lost")
+            trial_id = d.states.of(job.id).trial_id  # run_ended lets go of it
             self.trials.run_ended(job.id, None, {}, None, "")
             if d.capture is not None:
                 self.untrack(job.id)
             out = self.outcome(job.id)
-            cost = self.cost(job.id, None, out["windows"])
+            cost = self.cost(job.id, None, out["windows"], None, trial_id)
             lost = d.jobs.exited(job.id, LOST_EXIT_CODE, state="lost", cost=cost, **out)
             self.pub.publish("lost", self.ended(lost))
             log.info("job %s (%s) lost: %s", job.id, job.name, why)
@@ -210,10 +212,18 @@ class Exits:
             "steps": json.dumps(dataclasses.asdict(steps)) if steps is not None else job.steps,
         }
 
-    def cost(self, job_id: str, run_s: float | None, windows: int, wall_s: float | None = None) -> str:
-        """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end."""
+    def cost(
+        self,
+        job_id: str,
+        run_s: float | None,
+        windows: int,
+        wall_s: float | None = None,
+        trial_id: int | None = None,
+    ) -> str:
+        """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end. ``trial_id``:
+        the launch trial it was a run of (its state has let go of it by now)."""
         try:
-            cost = run_cost(self.d, job_id, run_s, windows, wall_s)
+            cost = run_cost(self.d, job_id, run_s, windows, wall_s, trial_id)
         except Exception:
             log.exception("what gitmd cost job %s could not be worked out", job_id)
             return ""

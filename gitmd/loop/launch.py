@@ -86,7 +86,7 @@ class Launch:
             plan = self._known(job, reg, workload, plan)
         rest = self.observe.rests(job, plan) if plan.capture and d.capture is not None else ""
         if (
-            (rest or (plan.trial and st.trial_id is not None))  # no window will open on this run
+            (rest or (plan.capture and plan.trial and st.trial_id is not None))  # no window will open on it
             and st.live is None  # its live levers act on the processes the shim names
             and not reg.background  # a foreground job's co-tenant yield acts through its shim
             and job.launcher != (0, 0)  # no ring will show it alive (nor time it): its launcher must

@@ -136,3 +136,8 @@ def test_a_pair_timed_on_two_clocks_is_no_evidence() -> None:
     t2 = trial(a, b, c, d)
     assert t2.pairs() == [(d, c)] and t2.spoiled() == 1
     assert trial(run("A", 10.0)).clock() == "run_s"  # recorded before the launcher's clock
+    # whole pairs on two clocks in one trial (a program launched by gitmctl run and by a scheduler):
+    # one decision takes the trial's clock, the latest measured run's; the other pair is spoiled
+    e, f = run("A", 10.0), run("B", 2.0)
+    t3 = trial(e, f, c, d)
+    assert t3.pairs() == [(d, c)] and t3.spoiled() == 1

@@ -321,3 +321,13 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     (policy,) = svc.workload(wid).policies
     assert policy.evidence["metric"].startswith("wall_s: the launcher's clock")
     assert policy.evidence["frameworks"] == {"torch": "2.11.0+cu130"}  # what it was learned with
+    # each run's cost record names its arm (the trial is looked up before the run lets go of it); a
+    # B run is no plain run for the next trial's spread or baseline
+    import json as _json
+
+    costs = [_json.loads(svc.jobs.get(r["job_id"]).cost or "{}") for r in done.runs]
+    assert [c.get("arm") for c in costs] == ["A", "B", "B", "A", "A", "B"]
+    assert all(c["trial_arm_s"] == 0.0 for c in costs)  # B was faster than the plain runs
+    assert 2.0 not in svc.jobs.plain_runs_s(
+        svc.jobs.get(done.runs[0]["job_id"]).launch_key, set(), clock="wall_s"
+    )
