@@ -104,7 +104,8 @@ class CaptureConfig:
     # such a run also goes without the shim (unless it carries a live policy, whose levers act on
     # the processes the shim names): CUPTI loaded with every activity off still cost a launch-bound
     # corpus program 16-44% of its GPU time in runs that got no window (cupy-cg, H200 2026-12-04);
-    # its length is then its launcher's clock (jobs.wall_s). true: keep the shim on those runs
+    # its length is then its launcher's clock (jobs.wall_s); so does a launch trial's run, both arms,
+    # timed by its launcher. true: keep the shim on those runs
     shim_on_resting_runs: bool = False
     # let the shim detach CUPTI (cuptiFinalize, once) when a process's observation ends, so a
     # launch-bound job pays nothing after it. Off: on the H200 (CUDA 13.0) the finalize raced with

@@ -356,7 +356,7 @@ def decide_trial(
         return None
     return Decision(
         True,
-        f"{speedup:.3f}x faster by the run's own clock, 95% interval {low:.3f}-{high:.3f} (from the "
+        f"{speedup:.3f}x faster by the runs' clock, 95% interval {low:.3f}-{high:.3f} (from the "
         f"workload's run-to-run spread {100 * noise:.0f}%); every pair at least {min(ratios):.2f}x, beyond "
         f"{need:.2f}x and within the {t.bound:.2f}x its cause allows: decided after {len(ratios)} of "
         f"{rounds} pairs",

@@ -47,6 +47,17 @@ def launch_key(command: list[str], cwd: str) -> str:
     return "python " + _absolute(cwd, what) if kind == "script" else f"python {exe}"
 
 
+def names_program(key: str) -> bool:
+    """The key (owned or not) names one program, not just the interpreter or executable that ran
+    it: a Python script, module or -c code. A shell, a compiled launcher or a bare interpreter
+    (`bash`, `python python3`) names every program it runs alike."""
+    key = key.split(" ", 1)[1] if key.startswith("uid:") and " " in key else key
+    if not key.startswith("python "):
+        return False
+    what = key[len("python ") :]
+    return what.startswith(("-m ", "-c ")) or what.endswith(".py")
+
+
 def owned(uid: int, key: str) -> str:
     """A launch key bound to the user who launches (hardening issue, item 2): the same script of two
     users is two keys, so no user can claim another's workload or its policy by naming its key."""

@@ -53,7 +53,7 @@ class Observe:
         the policy against 0.09 without gitmd).
         A job one of whose runs was shorter keeps the early window (its start-up is most of its
         life), as does one with a live policy whose lever needs a window to find what it acts on (a
-        stream, a buffer). A launch trial's run gets no window at all (its own clock measures it)."""
+        stream, a buffer). A launch trial's run gets no window at all (it is timed whole)."""
         settle = self.d.config.capture.settle_s
         if settle <= 0 or plan.trial:
             return ""

@@ -28,7 +28,7 @@ class Phase(StrEnum):
     SETTLING = "settling"  # start-up: its first window waits, or no window has found its step yet
     OBSERVING = "observing"  # windows a tick apart until capture.session_windows are analysed
     EXPLORING = "exploring"  # a live trial (experiment) is changing it now
-    TRIAL_RUN = "trial run"  # a run of its workload's launch trial: measured by its own clock only
+    TRIAL_RUN = "trial run"  # a run of its workload's launch trial: timed whole, no window
     KNOWN = "known"  # launched with its workload's validated policy, not explored
     OBSERVED = "observed"  # its observation has ended: no more windows
 

@@ -19,6 +19,7 @@ from typing import Any
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
+from gitmd.jobs.launch_key import names_program
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
     FORBIDDEN_ENV,
@@ -167,18 +168,20 @@ class Library:
         user's (migration 0019): one user's runs never feed another's.
 
         A fingerprint that matches a workload decides. One that matches none joins the workload the
-        launch key already names (the same command, in the same directory, by the same user: the
-        launch looked its policy up by that key already): one program is one workload even when a
+        launch key already names, when the key names one program (a Python script, module or -c
+        code of this user's: launch_key.names_program; the launch looked its policy up by that key
+        already) and that workload is this user's own: one program is one workload even when a
         window saw its step differently (a JAX training's runs made two workloads of one program,
-        H200 2026-12-04: nothing learned on the first reached the next). Only a fingerprint that
-        matches nothing and a key that names nothing make a new workload."""
+        H200 2026-12-04: nothing learned on the first reached the next). A key that names only an
+        interpreter or shell (`bash`), a shared workload (an import, the fleet's) and a caller of
+        no known user never join this way."""
         now = time.time_ns()
         with self.store.transaction() as db:
             best_id = _best_match(db, sig, owner_uid)
-            if best_id is None and launch_key:
+            if best_id is None and launch_key and owner_uid is not None and names_program(launch_key):
                 row = db.execute(
                     "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
-                    "WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL)",
+                    "WHERE k.key = ? AND w.owner_uid IS ?",
                     [launch_key, owner_uid],
                 ).fetchone()
                 best_id = row[0] if row is not None else None

@@ -335,3 +335,34 @@ def test_a_run_whose_fingerprint_matches_nothing_joins_the_workload_its_launch_k
     # a fingerprint that matches decides over the key: the key moves to the workload it matched
     assert lb.observe(OTHER, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000) == b
     assert lb.by_launch_key("uid:1000 python /w/train.py").id == b  # type: ignore[union-attr]
+
+
+def test_only_a_key_that_names_one_program_of_the_users_own_joins_a_workload(tmp_path: Path) -> None:
+    """A key that names only a shell or interpreter (`bash a.sh` and `bash b.sh` are both `bash`)
+    names every program it runs alike; a shared workload (an import, the fleet's) is others' too;
+    a caller of no known user has no workload of its own: none of them joins by the key."""
+    third = Signature(("sgemm",), {"sgemm": 1.0})
+    lb = lib(tmp_path)
+    shell = lb.observe(TRAIN, "uid:1000 bash", "a", new_run=True, owner_uid=1000)
+    assert lb.observe(OTHER, "uid:1000 bash", "b", new_run=True, owner_uid=1000) != shell
+    shared = lb.observe(TRAIN, "uid:1000 python /w/t.py", "t", new_run=True, owner_uid=None)  # as an import
+    mine = lb.observe(OTHER, "uid:1000 python /w/t.py", "t", new_run=True, owner_uid=1000)
+    assert mine != shared
+    nobody = lb.observe(third, "python /w/x.py", "x", new_run=True, owner_uid=None)
+    assert (
+        lb.observe(
+            Signature(("softmax",), {"softmax": 1.0}), "python /w/x.py", "x", new_run=True, owner_uid=None
+        )
+        != nobody
+    )
+
+
+def test_which_keys_name_one_program() -> None:
+    from gitmd.jobs.launch_key import launch_key, names_program, owned
+
+    assert names_program(owned(1000, launch_key(["python3", "train.py"], "/w")))
+    assert names_program(launch_key(["python", "-m", "torch.distributed.run", "x"], "/w"))
+    assert names_program(launch_key(["python", "-c", "print(1)"], "/w"))
+    assert not names_program(owned(1000, launch_key(["bash", "run.sh"], "/w")))
+    assert not names_program(launch_key(["python3"], "/w"))  # the interpreter alone
+    assert not names_program(launch_key(["/opt/bin/trainer", "--cfg", "a"], "/w"))
