@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from gitmd.config import FleetConfig
 from gitmd.errors import GitmdError, UnavailableError
 from gitmd.fleet.schema import MAX_PAYLOAD_BYTES, migrate
+from gitmd.jobs.frameworks import plain_frameworks
 from gitmd.store.library import Library
 from gitmd.store.library_document import check_env, check_live
 from gitmd.store.library_model import policy_from_row, signature_from_json
@@ -521,19 +521,6 @@ class FleetSync:
         if self._thread is not None:
             self._thread.join(timeout=self.cfg.connect_timeout_s + 5)
         self.close()
-
-
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}$")
-
-
-def plain_frameworks(raw: Any) -> dict[str, str]:
-    """A policy's frameworks as another node sent them, kept only when plain: at most 16 names and
-    versions of letters, digits and ._+!- (anything else is dropped, never shown)."""
-    if not isinstance(raw, dict):
-        return {}
-    out = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
-    out = {k: v for k, v in out.items() if _PLAIN.match(k) and _PLAIN.match(v)}
-    return dict(sorted(out.items())[:16])
 
 
 def frameworks_differ(theirs: dict[str, str], mine: dict[str, str]) -> str:

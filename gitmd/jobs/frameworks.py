@@ -62,6 +62,18 @@ def _installed(site: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def plain_frameworks(raw: object) -> dict[str, str]:
+    """Frameworks as another node sent them (a policy's evidence), kept only when plain: at most
+    MAX_FRAMEWORKS names and versions as this module reads them (anything else is dropped, never
+    shown)."""
+    if not isinstance(raw, dict):
+        return {}
+    out = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+    return dict(
+        sorted((k, v) for k, v in out.items() if _PLAIN.match(k) and _PLAIN.match(v))[:MAX_FRAMEWORKS]
+    )
+
+
 def frameworks_of(pid: int, proc: Path = Path("/proc")) -> dict[str, str]:
     """Distribution name -> version of the Python packages whose files the process has mapped (at
     most MAX_FRAMEWORKS, by name); {} when its maps cannot be read."""
@@ -71,8 +83,8 @@ def frameworks_of(pid: int, proc: Path = Path("/proc")) -> dict[str, str]:
         return {}
     wanted: dict[str, set[tuple[str, str]]] = {}  # site -> (top, the component under it)
     for line in maps.splitlines():
-        path = line.split(None, 5)[5] if line.count(" ") >= 5 and len(line.split(None, 5)) == 6 else ""
-        m = _SITE.match(path.strip())
+        fields = line.split(None, 5)  # address perms offset dev inode [path]
+        m = _SITE.match(fields[5].strip()) if len(fields) == 6 else None
         if m:
             wanted.setdefault(m.group(1), set()).add((m.group(2), m.group(3) or ""))
     found: dict[str, str] = {}

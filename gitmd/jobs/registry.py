@@ -6,7 +6,6 @@ stages extend (launch keys, GPUs, equivalence contracts, exploration).
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
 import pwd
@@ -22,6 +21,7 @@ from typing import Any
 from gitmd.config import CaptureConfig
 from gitmd.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
 from gitmd.experiments.equivalence import Contract
+from gitmd.jobs.history import RunHistory
 from gitmd.jobs.launch import LaunchPlan, build_plan, find_shim, make_job_dir
 from gitmd.jobs.launch_key import default_name, launch_key, owned
 from gitmd.jobs.liveness import start_ticks
@@ -157,7 +157,10 @@ ROW_BYTES = " + ".join(
 )  # fmt: skip
 
 
-class JobRegistry:
+class JobRegistry(RunHistory):
+    """Jobs: registration, lookups, their phase and end; what earlier runs of a program did is
+    RunHistory's (gitmd/jobs/history.py)."""
+
     def __init__(
         self,
         store: Store,
@@ -378,108 +381,6 @@ class JobRegistry:
             rows = db.query(f"SELECT * FROM jobs {where} ORDER BY created_ns", args)
             return [_row_to_job(r) for r in rows]
 
-    def earlier_runs_s(
-        self, launch_key: str, before_ns: int, runs: int = 3, clock: str = "registration"
-    ) -> builtins.list[float]:
-        """How long each of the latest ``runs`` runs of ``launch_key`` that exited before
-        ``before_ns`` lasted, newest first. ``clock``: "registration" (registration to exit) or
-        "run_s" (the shim's: its first process's CUDA start to the last exit; runs that had the
-        shim only)."""
-        if not launch_key:
-            return []
-        if clock not in ("registration", "run_s"):
-            raise ValueError(f"unknown clock {clock!r}")
-        span = "run_s" if clock == "run_s" else "(ended_ns - created_ns) / 1e9"
-        with self.store.reading() as db:
-            rows = db.conn.execute(
-                f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state = 'exited' AND ended_ns IS NOT NULL "
-                f"{'AND run_s > 0 ' if clock == 'run_s' else ''}ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, before_ns, runs],
-            ).fetchall()
-            return [float(r[0]) for r in rows]
-
-    def observation_record(self, launch_key: str, before_ns: int) -> tuple[int, int, int]:
-        """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history):
-        how many had a capture window, how many runs came after the newest of those (all of them
-        when none had one), and when that newest one was registered (0: none)."""
-        if not launch_key:
-            return 0, 0, 0
-        ended = "launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost')"
-        with self.store.reading() as db:
-            observed, last = db.conn.execute(
-                f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0",
-                [launch_key, before_ns],
-            ).fetchone()
-            (since,) = db.conn.execute(
-                f"SELECT COUNT(*) FROM jobs WHERE {ended} AND created_ns > ?",
-                [launch_key, before_ns, last or 0],
-            ).fetchone()
-        return int(observed), int(since), int(last or 0)
-
-    def observed_cost_shares(self, launch_key: str, before_ns: int, runs: int = 3) -> builtins.list[float]:
-        """What gitmd cost each of the latest ``runs`` ended runs of ``launch_key`` registered
-        before ``before_ns`` that had a capture window, as a share of the run (their cost record's
-        ``share``: measured where it could be, else modelled; gitmd/loop/cost.py), newest first;
-        runs whose share is not known are left out."""
-        if not launch_key:
-            return []
-        with self.store.reading() as db:
-            rows = db.conn.execute(
-                "SELECT json_extract(cost, '$.share') FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state IN ('exited', 'lost') AND windows > 0 AND json_valid(cost) "
-                "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, before_ns, runs],
-            ).fetchall()
-        return [float(r[0]) for r in rows if r[0] is not None]
-
-    def observed_between(self, launch_key: str, after_ns: int, before_ns: int) -> int:
-        """How many ended runs of ``launch_key`` registered strictly between the two times had a
-        capture window."""
-        with self.store.reading() as db:
-            (n,) = db.conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE launch_key = ? AND created_ns > ? AND created_ns < ? "
-                "AND state IN ('exited', 'lost') AND windows > 0",
-                [launch_key, after_ns, before_ns],
-            ).fetchone()
-        return int(n)
-
-    def latest_of_workload(self, workload_id: str, runs: int = 20) -> builtins.list[str]:
-        """The ids of the workload's latest ``runs`` runs, newest first."""
-        if not workload_id:
-            return []
-        with self.store.reading() as db:
-            rows = db.conn.execute(
-                "SELECT id FROM jobs WHERE workload_id = ? ORDER BY created_ns DESC LIMIT ?",
-                (workload_id, runs),
-            ).fetchall()
-        return [r[0] for r in rows]
-
-    def unobserved_runs_s(
-        self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9, clock: str = "run_s"
-    ) -> builtins.list[float]:
-        """The run lengths of the latest ``runs`` runs of ``launch_key`` with this policy that had no
-        capture window and were no launch trial's run (their cost record says arm ""), ended
-        cleanly, less ``exclude``: what the program takes when gitmd only launches it. ``clock``:
-        "run_s" (CUDA's start to the last exit, from the shim) or "wall_s" (exec to exit, from the
-        launcher; the clock of runs that went without the shim)."""
-        if not launch_key:
-            return []
-        if clock not in ("run_s", "wall_s"):
-            raise ValueError(f"unknown clock {clock!r}")
-        # on the launcher's clock, runs without the shim only: CUPTI merely loaded costs a run too
-        shimless = "AND capture = 0 " if clock == "wall_s" else ""
-        with self.store.reading() as db:
-            rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
-                f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 "
-                f"AND policy_id = ? {shimless}"
-                "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
-                "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, policy_id, runs + len(exclude)],
-            )
-            return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
-
     def untrace(self, job: Job, phase: str) -> Job:
         """A job just registered goes without the shim after all (a run the observation backoff
         leaves unobserved, Launch.register): no ring directory, capture off in its row, its phase
@@ -492,28 +393,6 @@ class JobRegistry:
             shutil.rmtree(job.runtime_dir, ignore_errors=True)
         return dataclasses.replace(job, capture=False, runtime_dir="", phase=phase)
 
-    def plain_runs_s(
-        self, launch_key: str, exclude: set[str], runs: int = 5, clock: str = "run_s"
-    ) -> builtins.list[float]:
-        """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
-        policy, no crash and no launch trial's lever (its B arm), less ``exclude`` (job ids): the
-        workload's run-to-run spread. ``clock``: "run_s" (the shim's) or "wall_s" (the launcher's;
-        runs that went without the shim only)."""
-        if not launch_key:
-            return []
-        if clock not in ("run_s", "wall_s"):
-            raise ValueError(f"unknown clock {clock!r}")
-        shimless = "AND capture = 0 " if clock == "wall_s" else ""
-        with self.store.reading() as db:
-            rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
-                f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {clock} > 0 {shimless}"
-                "AND COALESCE(CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END, '') != 'B' "
-                "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, runs + len(exclude)],
-            )
-            return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
-
     def set_frameworks(self, job_id: str, frameworks: dict[str, str]) -> None:
         """The frameworks its process runs (gitmd/jobs/frameworks.py), kept with the job."""
         with self.store.transaction() as db:
@@ -521,22 +400,6 @@ class JobRegistry:
                 "UPDATE jobs SET frameworks = ? WHERE id = ?",
                 [json.dumps(frameworks, sort_keys=True), job_id],
             )
-
-    def workload_frameworks(self, workload_id: str) -> dict[str, str]:
-        """The frameworks the workload's latest run that recorded any ran ({} : none did)."""
-        if not workload_id:
-            return {}
-        with self.store.reading() as db:
-            row = db.conn.execute(
-                "SELECT frameworks FROM jobs WHERE workload_id = ? AND frameworks != '' "
-                "ORDER BY created_ns DESC LIMIT 1",
-                [workload_id],
-            ).fetchone()
-        try:
-            got = json.loads(row[0]) if row else {}
-        except json.JSONDecodeError:
-            return {}
-        return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
 
     def set_workload(self, job_id: str, workload_id: str) -> None:
         with self.store.transaction() as db:
