@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, run-cost, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, cupti-residual, run-cost, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -72,6 +72,11 @@ for part in "${PARTS[@]}"; do
       python3 bench/shim_overhead.py --repeats 8 --kinds plain,detach,floor --workloads launch --window-kinds kernel \
         --json "$OUTDIR/shim-floor.json" 2>&1 | tee "$OUTDIR/shim-floor.md"
       RESULT[$part]=$(grep -E 'within each process' "$OUTDIR/shim-floor.md" | tr '\n' ' ' || echo "failed")
+      ;;
+    cupti-residual)  # what each kind of CUPTI collection leaves behind once switched off, in-process ratios
+      python3 bench/cupti_residual.py --repeats "${RESIDUAL_REPEATS:-3}" --budget-s "${RESIDUAL_BUDGET_S:-360}" \
+        ${RESIDUAL_MODES:+--modes "$RESIDUAL_MODES"} --json "$OUTDIR/cupti-residual.json" 2>&1 | tee "$OUTDIR/cupti-residual.md"
+      RESULT[$part]=$(grep -cE '^\| (plain|none|ckernel|kernel|runtime|driver|copies|launchcb|shim)' "$OUTDIR/cupti-residual.md" || echo "failed")
       ;;
     run-cost)  # what gitmd costs a short run, piece by piece (guard, CUPTI, shim, gitmctl, windows/trials)
       python3 bench/run_cost.py --programs "${RUNCOST_PROGRAMS:-cupy_fft,launch_bound}" --rounds "${RUNCOST_ROUNDS:-6}" ${RUNCOST_ARGS:-} \
