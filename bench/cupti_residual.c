@@ -8,6 +8,7 @@
  *   runtime   RUNTIME API activity                 off: cuptiActivityDisable + flush
  *   driver    DRIVER API activity                  off: cuptiActivityDisable + flush
  *   copies    MEMCPY, MEMSET, SYNCHRONIZATION, MEMORY2 activity (the shim's other window kinds)
+ *   memcpy, memset, sync, memory   each of those four alone
  *   launchcb  a subscriber with the kernel-launch callbacks only (runtime and driver), each callback
  *             counting the launch and reading its symbol name   off: cuptiUnsubscribe
  *   ckernel-finalize  CONCURRENT_KERNEL activity   off: disable, flush, cuptiFinalize (from this
@@ -70,6 +71,14 @@ static int kinds(CUpti_ActivityKind *out)
         return out[0] = CUPTI_ACTIVITY_KIND_RUNTIME, 1;
     if (!strcmp(mode, "driver"))
         return out[0] = CUPTI_ACTIVITY_KIND_DRIVER, 1;
+    if (!strcmp(mode, "memcpy"))
+        return out[0] = CUPTI_ACTIVITY_KIND_MEMCPY, 1;
+    if (!strcmp(mode, "memset"))
+        return out[0] = CUPTI_ACTIVITY_KIND_MEMSET, 1;
+    if (!strcmp(mode, "sync"))
+        return out[0] = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, 1;
+    if (!strcmp(mode, "memory"))
+        return out[0] = CUPTI_ACTIVITY_KIND_MEMORY2, 1;
     if (!strcmp(mode, "copies")) {
         memcpy(out, COPIES, sizeof COPIES);
         return 4;

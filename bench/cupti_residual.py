@@ -5,15 +5,16 @@ gitmd never detaches CUPTI from a running job (cuptiFinalize crashed unmodified 
 bench/results/2026-12-03-crash-h200.md), so whatever a window switches on and cannot switch fully off
 is paid by the job for the rest of its run. This measures that residual for each kind of collection,
 each in its own probe process (bench/workloads/overhead_probe.py, pinned to GITM_BENCH_CPUS), inside
-the process: loaded (L), on (O), off again (R), as L L O R O R, so that the ratios R/L and O/L are
-free of process-to-process noise. `plain` (no injection) takes the same phases with nothing switched:
-its R/L is the drift of a process left alone.
+the process: loaded (L), on (O), off again (R), as L L L O R O R O R R after a warm-up, so that the
+ratios R/L and O/L are free of process-to-process noise. `plain` (no injection) takes the same phases
+with nothing switched: its R/L is the drift of a process left alone.
 
 Modes: plain; the injection library bench/cupti_residual.c with GITM_RESIDUAL_MODE = none, ckernel,
-kernel, runtime, driver, copies, launchcb, ckernel-finalize; and gitmd's own shim, its window opened
+kernel, runtime, driver, copies (memcpy, memset, sync and memory together) and each alone, launchcb,
+ckernel-finalize; and gitmd's own shim, its window opened
 and closed through the ring's control page as gitmd does, with the kinds asked: shim-all (every
 default kind), shim-kernel (kernel activity only), shim-callbacks (payload, streams and host-source
-callbacks, no activity).
+callbacks, no activity), shim-payload and shim-streams (one of those each).
 
     python3 bench/cupti_residual.py --repeats 3 --json OUT.json [--modes a,b] [--budget-s 400]
 """
@@ -40,16 +41,23 @@ from gitmd.config import CAPTURE_KINDS  # noqa: E402
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
 LIB = ROOT / "shim" / "build" / "libcupti_residual.so"
 PROBE = ROOT / "bench" / "workloads" / "overhead_probe.py"
-LIB_MODES = ("none", "ckernel", "kernel", "runtime", "driver", "copies", "launchcb", "ckernel-finalize")
+LIB_MODES = (
+    "none", "ckernel", "kernel", "runtime", "driver", "copies", "memcpy", "memset", "sync", "memory",
+    "launchcb", "ckernel-finalize",
+)  # fmt: skip
 SHIM_MASKS = {
     "shim-all": sum(KIND_BITS[k] for k in CAPTURE_KINDS),
     "shim-kernel": KIND_BITS["kernel"],
     "shim-callbacks": KIND_BITS["payload"] | KIND_BITS["streams"] | KIND_BITS["hostsrc"],
+    "shim-payload": KIND_BITS["payload"],
+    "shim-streams": KIND_BITS["streams"],
 }
 MODES = ("plain", *LIB_MODES, *SHIM_MASKS)
 # what each phase measures: (probe command, count, unit)
-WORK = (("launch", 20000, "µs/op"), ("small", 300, "ms/step"))
-PHASES = "LLOROR"
+WORK = (("launch", 20000, "µs/op"), ("small", 200, "ms/step"))
+# W: a warm-up, not counted (the first seconds of a process run slower: clocks, caches); then the
+# process loaded (L) three times, and on (O) / off again (R) alternately
+PHASES = "WLLLORORORR"
 
 
 class Probe:
@@ -125,7 +133,7 @@ class Probe:
             self.run("small", 20)
 
     def phases(self) -> dict[str, dict[str, list[float]]]:
-        got: dict[str, dict[str, list[float]]] = {w: {p: [] for p in "LOR"} for w, _, _ in WORK}
+        got: dict[str, dict[str, list[float]]] = {w: {p: [] for p in "WLOR"} for w, _, _ in WORK}
         state = False
         for ph in PHASES:
             want = ph == "O"
