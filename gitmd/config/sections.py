@@ -68,6 +68,14 @@ class MetricsConfig:
 
 
 CAPTURE_KINDS = ("kernel", "memcpy", "memset", "sync", "memory", "payload", "streams", "hostsrc")
+# What a window asks by default: every kind but memset. CUPTI stays attached to a process after its
+# first window (never detached: that crashed jobs), and each activity kind enabled once leaves later
+# launches slower after it is disabled again; measured inside one process on the H200 (2026-12-04,
+# bench/results/2026-12-04-cupti-residual-h200.md), launch-bound training step: memset +4.5%,
+# kernel +3.5%, memcpy +2.9%, memory and the callbacks ~0. Memsets are rarely a step's time, and a
+# memset-heavy job can still ask for them (capture.kinds). Sync is no activity kind any more: the shim
+# times the host's sync calls from their callbacks (SYNCHRONIZATION activity left +15%).
+DEFAULT_CAPTURE_KINDS = tuple(k for k in CAPTURE_KINDS if k != "memset")
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ class CaptureConfig:
     ring_records: int = 1 << 16  # per process, 64 bytes each
     flush_interval_ms: int = 250
     context_interval_ms: int = 25  # host and GPU sampling period while a window is open
-    kinds: tuple[str, ...] = CAPTURE_KINDS
+    kinds: tuple[str, ...] = DEFAULT_CAPTURE_KINDS
     overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job within a run
     # what observing may cost a recurring program across its runs: once the backoff says a run is
     # due, the program's observed runs' cost share (their cost record) spread over the unobserved

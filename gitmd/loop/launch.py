@@ -14,7 +14,7 @@ from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
 from gitmd.loop.deps import Deps
-from gitmd.loop.observe import Observe
+from gitmd.loop.observe import LATE_SHARE, Observe
 from gitmd.loop.publish import Publisher
 from gitmd.loop.state import LivePending, Phase
 from gitmd.loop.targets import Targets
@@ -137,9 +137,12 @@ class Launch:
                 st.resting, st.observed = rest, True
                 log.info("job %s (%s): %s", job.id, job.name, rest)
             elif why:
-                st.settling = True
+                st.settling, st.settle_age_s = True, self.observe.first_window_age_s(job)
                 log.info("job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
-                         "(capture.settle_s)", job.id, job.name, why, d.config.capture.settle_s)  # fmt: skip
+                         "(capture.settle_s%s)", job.id, job.name, why, st.settle_age_s,
+                         "" if st.settle_age_s <= d.config.capture.settle_s
+                         else f", later in its expected run: the observation ends by {LATE_SHARE:.0%} of its "
+                         "shortest recent run")  # fmt: skip
         for w in plan.warnings:
             log.warning("job %s (%s): %s", job.id, job.name, w)
         return job, plan

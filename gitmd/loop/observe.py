@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 # live levers whose target is the job's processes themselves (or its background co-tenants'): a
 # policy of them is applied as soon as the processes show, with no capture window
 WINDOW_FREE_LEVERS = frozenset({"cpu_affinity", "sched_priority", "cotenant_yield", "alloc_keep_cache_live"})
+# A settling recurring job's observation (its first window and the rest of its stretch,
+# capture.session_windows of them) is placed to end by this share of its program's shortest recent
+# run: what a window switches on costs a launch-bound process for the rest of its life once switched
+# off (kernel activity +3.5%, copies +2.9% a step, H200 2026-12-04, bench/cupti_residual.py), so a
+# late stretch leaves less run to pay it; not at the very end, which is often not the steady state
+# (evaluation, a checkpoint written).
+LATE_SHARE = 0.8
 
 
 def has_kernels(window: WindowResult) -> bool:
@@ -70,6 +77,23 @@ class Observe:
         if not runs:
             return "a first run (taken as long until it has shown otherwise)"
         return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""
+
+    def first_window_age_s(self, job: Job) -> float:
+        """How old a settling job's oldest process must be before its first window: capture.settle_s,
+        or later for a recurring program whose latest runs (the shim's clock, CUDA start to exit) all
+        lasted long enough: late enough that its observation stretch (a short first window, then
+        session_windows windows a duty tick apart) ends by LATE_SHARE of the shortest of them. A run
+        that is to continue a live trial of its workload keeps settle_s: its pairs need the time."""
+        c = self.d.config.capture
+        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        if not runs or min(runs) < 2 * c.settle_s:
+            return c.settle_s
+        if job.workload_id and any(
+            state == "resumable" for state, _ in self.d.experiments.workload_trials(job.workload_id).values()
+        ):
+            return c.settle_s
+        stretch = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
+        return max(c.settle_s, LATE_SHARE * min(runs) - stretch)
 
     def rests(self, job: Job, plan: LaunchPlan) -> str:
         """Why this run of a recurring program gets no capture window at all ("" : it may get them):
@@ -146,12 +170,14 @@ class Observe:
         )
 
     def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:
-        """A settling job whose oldest live process is younger than capture.settle_s."""
+        """A settling job whose oldest live process is younger than its first window's age
+        (first_window_age_s, set at its launch; capture.settle_s by default)."""
         st = self.d.states.of(job_id)
         if not st.settling:
             return False
         born = [s.created_real_ns for s, alive in procs if alive and s.created_real_ns]
-        if born and time.time_ns() - min(born) < self.d.config.capture.settle_s * 1e9:
+        age_s = st.settle_age_s or self.d.config.capture.settle_s
+        if born and time.time_ns() - min(born) < age_s * 1e9:
             return True
         st.settling = False  # settled: from now on its windows come as any job's
         self.pub.note_phase(job_id)

@@ -55,6 +55,7 @@ class JobState:
     causes: tuple[int, set[str], set[str]] | None = None
     steady: bool = False  # a window has found its step
     settling: bool = False  # known-long: its first window waits (capture.settle_s)
+    settle_age_s: float = 0.0  # how old its oldest process must be for that first window (0: settle_s)
     # the expected-duration history from its earlier windows, and its newest window (folded into
     # the history when the next one comes, so a report never judges a window against itself)
     history: History | None = None
@@ -101,6 +102,7 @@ class JobState:
         self.causes = None
         self.steady = False
         self.settling = False
+        self.settle_age_s = 0.0
         self.history = None
         self.newest = None
         self.reports = {}

@@ -233,6 +233,11 @@ struct gitm_memset_payload {     /* GITM_REC_MEMSET */
     uint8_t _pad[15];
 };
 
+/* GITM_REC_SYNC flags: the record was timed on the host, from the sync call's driver API callbacks
+ * (ENTER to EXIT on CUPTI's clock), not by SYNCHRONIZATION activity (which the shim no longer enables:
+ * it leaves later launches slower once disabled) */
+#define GITM_SYNC_FLAG_CALLBACK 2
+
 struct gitm_sync_payload {       /* GITM_REC_SYNC */
     uint32_t sync_type;          /* CUpti_ActivitySynchronizationType: 1 event sync, 2 stream wait, 3 stream sync, 4 context sync */
     uint32_t stream_id;

@@ -148,3 +148,12 @@ live_levers = ["cpu_affinity"]
         tomllib.loads(out)  # valid TOML
         back = parse(out, Path("back.toml"))
         assert dataclasses.replace(back, source=cfg.source) == cfg
+
+
+def test_windows_ask_every_kind_but_memset_unless_told() -> None:
+    """Memset activity, once enabled, leaves later launches slower for the rest of the process
+    (bench/results/2026-12-04-cupti-residual-h200.md): not asked by default, still allowed."""
+    kinds = parse("").capture.kinds
+    assert "memset" not in kinds
+    assert set(kinds) == set(config.CAPTURE_KINDS) - {"memset"}
+    assert parse('[capture]\nkinds = ["kernel", "memset"]\n').capture.kinds == ("kernel", "memset")

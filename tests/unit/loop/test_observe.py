@@ -19,6 +19,7 @@ from gitmd.capture import capture_file, duty
 from gitmd.config import ExperimentsConfig
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
 from gitmd.jobs.registry import Registration
+from gitmd.loop.observe import LATE_SHARE
 from gitmd.loop.state import LivePending
 from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, recurring, set_config
 
@@ -60,7 +61,8 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     before its processes are settle_s old, nor does a first run (taken as long until it has shown
     otherwise). A job one of whose runs was short, a launch trial's run and a job with a live policy
     whose lever needs a window get theirs at once; a job that got its workload's policy and is not
-    explored waits, whatever its runs' length."""
+    explored waits, whatever its runs' length. A program whose runs are long waits longer: its
+    observation is placed late in its expected run (what a window leaves behind is paid until the end)."""
     svc = make_service(tmp_path)
     settle = svc.config.capture.settle_s
     assert settle > 0
@@ -99,11 +101,19 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     submitted: list[str] = []
     svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     svc.loop.windows_per_user = 100  # the windows submitted here never run (and never give back their place)
+    # "long"'s runs lasted 3 * settle: its observation stretch (a short first window, then
+    # session_windows windows a tick apart) is placed to end by LATE_SHARE of that, later than settle
+    c = svc.config.capture
+    stretch = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
+    late = LATE_SHARE * 3 * settle - stretch
+    assert late > settle
     young = launch("long", 1.0)
     first = launch("first", 1.0)
     short = launch("short", 1.0)
     slow_start = launch("slow-start", 1.0)
-    settled = launch("long", settle + 1.0)
+    settled = launch("long", late + 1.0)
+    assert svc.states.of(young).settle_age_s == pytest.approx(late)
+    assert svc.states.of(first).settle_age_s == settle  # a first run: settle_s
     svc.duty_cycle()
     assert sorted(submitted) == sorted([short, slow_start, settled])
     assert (
@@ -115,6 +125,11 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     ring = Path(svc.get_job(young).job.runtime_dir) / "ring-1-1.gitm"
     data = bytearray(ring.read_bytes())
     data[56:64] = (time.time_ns() - int((settle + 0.5) * 1e9)).to_bytes(8, "little")
+    ring.write_bytes(bytes(data))
+    submitted.clear()
+    svc.duty_cycle()
+    assert young not in submitted  # settle_s old, not yet late enough in its expected run
+    data[56:64] = (time.time_ns() - int((late + 0.5) * 1e9)).to_bytes(8, "little")
     ring.write_bytes(bytes(data))
     submitted.clear()
     for j in (short, slow_start, settled):
