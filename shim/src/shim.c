@@ -841,6 +841,9 @@ static int sync_type_of(CUpti_CallbackId cbid)
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
         return CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+#if CUPTI_API_VERSION >= 130000
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2: /* cudaDeviceSynchronize's, from CUDA 13 on */
+#endif
         return CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE;
     default:
         return 0;
@@ -935,6 +938,9 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
         synchronized(((const cuStreamSynchronize_params *)a)->hStream, 0);
         break;
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+#if CUPTI_API_VERSION >= 130000
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
+#endif
         synchronized(NULL, 1);
         break;
     default:
@@ -949,6 +955,9 @@ static const CUpti_CallbackId PAYLOAD_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+#if CUPTI_API_VERSION >= 130000
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
+#endif
 };
 
 static const CUpti_CallbackId HOSTSRC_CBIDS[] = {
@@ -958,11 +967,17 @@ static const CUpti_CallbackId HOSTSRC_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+#if CUPTI_API_VERSION >= 130000
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
+#endif
 };
 
 static const CUpti_CallbackId SYNC_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,    CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+#if CUPTI_API_VERSION >= 130000
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2, /* cudaDeviceSynchronize (CUDA 13: a sync test saw no record without it) */
+#endif
 };
 
 static int enable_cbids(const CUpti_CallbackId *ids, size_t n)
