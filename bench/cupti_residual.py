@@ -13,8 +13,10 @@ Modes: plain; the injection library bench/cupti_residual.c with GITM_RESIDUAL_MO
 kernel, runtime, driver, copies (memcpy, memset, sync and memory together) and each alone, launchcb,
 ckernel-finalize; and gitmd's own shim, its window opened
 and closed through the ring's control page as gitmd does, with the kinds asked: shim-all (every
-default kind), shim-kernel (kernel activity only), shim-callbacks (payload, streams and host-source
-callbacks, no activity), shim-payload and shim-streams (one of those each).
+kind), shim-default (capture.kinds' default: all but memset), shim-kernel (kernel activity only),
+shim-callbacks (payload, streams and host-source callbacks, no activity), shim-payload and
+shim-streams (one of those each). Since 2026-12-04 (40633ca) the shim's sync kind is timed from
+callbacks, not SYNCHRONIZATION activity: shim-all measured before that is another thing.
 
     python3 bench/cupti_residual.py --repeats 3 --json OUT.json [--modes a,b] [--budget-s 400]
 """
@@ -37,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from gitmd.capture.ring import Ring  # noqa: E402
 from gitmd.capture.windows import KIND_BITS  # noqa: E402
 from gitmd.config import CAPTURE_KINDS  # noqa: E402
+from gitmd.config.sections import DEFAULT_CAPTURE_KINDS  # noqa: E402
 
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
 LIB = ROOT / "shim" / "build" / "libcupti_residual.so"
@@ -47,6 +50,7 @@ LIB_MODES = (
 )  # fmt: skip
 SHIM_MASKS = {
     "shim-all": sum(KIND_BITS[k] for k in CAPTURE_KINDS),
+    "shim-default": sum(KIND_BITS[k] for k in DEFAULT_CAPTURE_KINDS),  # what gitmd's windows ask now
     "shim-kernel": KIND_BITS["kernel"],
     "shim-callbacks": KIND_BITS["payload"] | KIND_BITS["streams"] | KIND_BITS["hostsrc"],
     "shim-payload": KIND_BITS["payload"],
