@@ -40,7 +40,7 @@ def plain_spread(doc: dict[str, Any]) -> float | None:
     runs = doc.get("runs") or []
     diffs = []
     for x, y in itertools.pairwise(runs):
-        if x.get("order", [""])[-1] == "plain" and y.get("order", [""])[0] == "plain":
+        if (x.get("order") or [""])[-1] == "plain" and (y.get("order") or [""])[0] == "plain":
             a, b = _length(x.get("plain") or {}), _length(y.get("plain") or {})
             if a and b:
                 diffs.append(1 - min(a, b) / max(a, b))

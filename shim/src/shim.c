@@ -21,7 +21,8 @@
  *      PAPI report segfaults around CUPTI teardown too). The price: disabling activity leaves a
  *      residual per-launch cost (+42% on a launch-bound loop, ~0.4% on a training step;
  *      pytorch#144455), so the daemon observes a process in one stretch and then gives it no
- *      window again. GITM_SHIM_DETACH=1 (capture.detach_cupti) lets the daemon's
+ *      window again. The residual is per kind (bench/cupti_residual.py, H200 2026-12-04): the
+ *      largest, SYNCHRONIZATION activity's, is avoided by timing syncs from their callbacks. GITM_SHIM_DETACH=1 (capture.detach_cupti) lets the daemon's
  *      GITM_KNOB_DETACH finalize once, never attached again after (windows asked later are
  *      refused), not while the process is starting (detach_rule.h: then owed);
  *      GITM_SHIM_DETACH=every is the old cycle (detach at each quiet close, attach again at the

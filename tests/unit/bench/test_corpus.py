@@ -139,6 +139,8 @@ def test_the_summary_gives_the_noise_a_runs_cost_is_read_against() -> None:
     wall = {"runs": [run(ba, 4.0, clock=False), run(ab, 5.0, clock=False)]}
     assert summary.plain_spread(wall) == 0.2  # no clock of its own: wall time
     assert summary.plain_spread({"runs": [run(ab, 10.0), run(ba, 10.0)]}) is None  # no neighbours
+    # a run whose order is empty (it failed before either side ran) is no neighbour, and no crash
+    assert summary.plain_spread({"runs": [{**run(ba, 10.0), "order": []}, run(ab, 12.0)]}) is None
 
 
 def test_a_programs_share_of_the_gpus_ceiling(programs: list[dict]) -> None:

@@ -114,6 +114,16 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     settled = launch("long", late + 1.0)
     assert svc.states.of(young).settle_age_s == pytest.approx(late)
     assert svc.states.of(first).settle_age_s == settle  # a first run: settle_s
+    # a run that is to continue a live trial an earlier run of its workload ended keeps settle_s
+    exps = svc.loop.observe.d.experiments
+    resuming = dataclasses.replace(svc.jobs.get(young), workload_id="w-long")
+    real = exps.workload_trials
+    exps.workload_trials = lambda w: {"cpu_affinity": ("resumable", 1)} if w == "w-long" else {}  # type: ignore[method-assign]
+    try:
+        assert svc.loop.observe.first_window_age_s(resuming) == settle
+        assert svc.loop.observe.first_window_age_s(svc.jobs.get(young)) == pytest.approx(late)
+    finally:
+        exps.workload_trials = real  # type: ignore[method-assign]
     svc.duty_cycle()
     assert sorted(submitted) == sorted([short, slow_start, settled])
     assert (
