@@ -90,9 +90,10 @@ class CaptureConfig:
     # once its processes are this old: from a process's first window on CUPTI stays attached to it
     # (~40% per launch on a launch-bound loop, H200), so an earlier window costs that for longer, and
     # start-up windows rarely show the step; a job that got its workload's policy and is not explored
-    # waits too, and so does a first run (taken as long until it has shown otherwise); short jobs and
-    # jobs with a live policy whose lever needs a window keep the early window (launch trials' runs
-    # get none); 0: no wait
+    # waits too, and so does a first run (taken as long until it has shown otherwise); a recurring
+    # job's observation is placed late in its expected run, short ones included (Observe.
+    # first_window_age_s); jobs with a live policy whose lever needs a window keep the early window
+    # (launch trials' runs get none); 0: no wait
     settle_s: float = 10.0
     # a process is observed in one stretch: once this many windows of its job are analysed, it is
     # settled and nothing gitmd runs on it needs another (an experiment, a live lever that acts

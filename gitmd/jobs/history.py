@@ -15,10 +15,10 @@ class RunHistory:
     def earlier_runs_s(
         self, launch_key: str, before_ns: int, runs: int = 3, clock: str = "registration"
     ) -> list[float]:
-        """How long each of the latest ``runs`` runs of ``launch_key`` that exited before
-        ``before_ns`` lasted, newest first. ``clock``: "registration" (registration to exit) or
-        "run_s" (the shim's: its first process's CUDA start to the last exit; runs that had the
-        shim only)."""
+        """How long each of the latest ``runs`` runs of ``launch_key`` that exited cleanly (exit code
+        0) before ``before_ns`` lasted, newest first: a failed run says nothing of how long the
+        program runs. ``clock``: "registration" (registration to exit) or "run_s" (the shim's: its
+        first process's CUDA start to the last exit; runs that had the shim only)."""
         if not launch_key:
             return []
         if clock not in ("registration", "run_s"):
@@ -27,7 +27,7 @@ class RunHistory:
         with self.store.reading() as db:
             rows = db.conn.execute(
                 f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state = 'exited' AND ended_ns IS NOT NULL "
+                "AND state = 'exited' AND exit_code = 0 AND ended_ns IS NOT NULL "
                 f"{'AND run_s > 0 ' if clock == 'run_s' else ''}ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, before_ns, runs],
             ).fetchall()
@@ -66,6 +66,23 @@ class RunHistory:
                 [launch_key, before_ns, runs],
             ).fetchall()
         return [float(r[0]) for r in rows if r[0] is not None]
+
+    def window_slowdown(self, launch_key: str, before_ns: int) -> float | None:
+        """What an open capture window cost the latest observed run of ``launch_key`` registered
+        before ``before_ns``, as a fraction of the window's time, by gitmd's launch-cost model (its
+        cost record's capture_model_s over window_s; gitmd/loop/cost.py); None when no such run."""
+        if not launch_key:
+            return None
+        with self.store.reading() as db:
+            row = db.conn.execute(
+                "SELECT json_extract(cost, '$.capture_model_s'), json_extract(cost, '$.window_s') FROM jobs "
+                "WHERE launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost') AND windows > 0 "
+                "AND json_valid(cost) ORDER BY created_ns DESC LIMIT 1",
+                [launch_key, before_ns],
+            ).fetchone()
+        if row is None or row[0] is None or not row[1]:
+            return None
+        return max(0.0, float(row[0]) / float(row[1]))
 
     def observed_between(self, launch_key: str, after_ns: int, before_ns: int) -> int:
         """How many ended runs of ``launch_key`` registered strictly between the two times had a

@@ -50,7 +50,8 @@ class Attribute:
         if jc is None and job.state in ("exited", "lost"):
             return self._kept(job, window_id)
         if jc is None:
-            raise InvalidArgumentError(f"job {job.id} ({job.name}) is not captured: nothing to explain")
+            why = self._uncaptured(job)
+            raise InvalidArgumentError(f"job {job.id} ({job.name}) {why}: nothing to explain")
         window = jc.last
         if window is None:
             assert d.capture is not None
@@ -69,6 +70,20 @@ class Attribute:
         for old in sorted(kept)[:-REPORTS_KEPT]:
             del kept[old]
         return report
+
+    def _uncaptured(self, job: Job) -> str:
+        """Why a running job has no window to explain: it runs without the shim, and why."""
+        st = self.d.states.get(job.id)
+        if st is not None and st.resting:
+            return f"runs without gitmd's capture ({st.resting})"
+        if st is not None and st.trial_id is not None:
+            return (
+                f"is a run of launch trial {st.trial_id}: timed whole by its launcher, without gitmd's "
+                "capture (`gitmctl library show` has the trial)"
+            )
+        if self.d.capture is None:
+            return "is not captured (this gitmd has no capture: no shim was found)"
+        return "is not captured (registered without capture, or its shim could not be used)"
 
     def _kept(self, job: Job, window_id: int) -> WindowReport:
         """An ended job's report, as kept when it ended (exits.py): its latest, or one by window id."""

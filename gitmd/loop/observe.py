@@ -19,6 +19,7 @@ from gitmd.capture.windows import WindowResult
 from gitmd.jobs.frameworks import frameworks_of
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import Job
+from gitmd.loop.cost import attached_model_s
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
 
@@ -58,9 +59,10 @@ class Observe:
         least twice settle_s from their CUDA start, and one that got its workload's policy and is
         not explored (known: contended's policy runs, H200 2026-12-03: 0.12-0.15 ms/step under
         the policy against 0.09 without gitmd).
-        A job one of whose runs was shorter keeps the early window (its start-up is most of its
-        life), as does one with a live policy whose lever needs a window to find what it acts on (a
-        stream, a buffer). A launch trial's run gets no window at all (it is timed whole)."""
+        A job one of whose runs was shorter waits only for its observation to be placed late in its
+        expected run (first_window_age_s: 0 when its whole stretch does not fit). One with a live
+        policy whose lever needs a window to find what it acts on (a stream, a buffer) keeps the
+        early window. A launch trial's run gets no window at all (it is timed whole)."""
         settle = self.d.config.capture.settle_s
         if settle <= 0 or plan.trial:
             return ""
@@ -76,24 +78,82 @@ class Observe:
         runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
         if not runs:
             return "a first run (taken as long until it has shown otherwise)"
-        return f"its earlier runs lasted over {2 * settle:.0f} s" if min(runs) >= 2 * settle else ""
+        if min(runs) >= 2 * settle:
+            return f"its earlier runs lasted over {2 * settle:.0f} s"
+        if self.first_window_age_s(job) > 0:
+            return (
+                f"its earlier runs lasted {min(runs):.1f} s under CUDA: its observation is placed late "
+                "in its expected run"
+            )
+        return ""
 
     def first_window_age_s(self, job: Job) -> float:
-        """How old a settling job's oldest process must be before its first window: capture.settle_s,
-        or later for a recurring program whose latest runs (the shim's clock, CUDA start to exit) all
-        lasted long enough: late enough that its observation stretch (a short first window, then
-        session_windows windows a duty tick apart) ends by LATE_SHARE of the shortest of them. A run
-        that is to continue a live trial of its workload keeps settle_s: its pairs need the time."""
+        """How old a settling job's oldest process must be before its first window: capture.settle_s
+        for a first run; for a recurring program (its latest runs' lengths known, the shim's clock,
+        CUDA start to exit) late enough that its observation stretch (planned_stretch_s) ends by
+        LATE_SHARE of the shortest of them, and never before settle_s when they all lasted at least
+        twice that (0 for shorter ones: their start-up is most of their life). A run that is to
+        continue a live trial of its workload does not wait longer than settle_s: its pairs need the
+        time."""
         c = self.d.config.capture
         runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
-        if not runs or min(runs) < 2 * c.settle_s:
+        if not runs:
             return c.settle_s
+        floor = c.settle_s if min(runs) >= 2 * c.settle_s else 0.0
         if job.workload_id and any(
             state == "resumable" for state, _ in self.d.experiments.workload_trials(job.workload_id).values()
         ):
-            return c.settle_s
-        stretch = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
-        return max(c.settle_s, LATE_SHARE * min(runs) - stretch)
+            return floor
+        return max(floor, LATE_SHARE * min(runs) - self.planned_stretch_s(job, min(runs)))
+
+    def planned_stretch_s(self, job: Job, life_s: float) -> float:
+        """How long a run's observation is expected to last: a short first window, then
+        session_windows windows a duty tick apart; shorter where the run's window budget
+        (capture.overhead_budget of ``life_s``) pays for less window time at what an open window
+        cost the program's latest observed run (budget_spent stops the observation there). With no
+        observed run known, a window is priced as the most the model lets it cost: all its time."""
+        c = self.d.config.capture
+        full = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
+        if c.overhead_budget <= 0:
+            return full
+        slowdown = self.d.jobs.window_slowdown(job.launch_key, job.created_ns) or 1.0
+        paid = c.overhead_budget * life_s / max(slowdown, 1e-6)  # window seconds the budget pays for
+        return min(full, c.first_window_s + paid + duty.TICK_S)
+
+    def budget_spent(self, job_id: str) -> str:
+        """Why the run's observation stops now, its window budget spent ("": it may go on). A
+        recurring program's run may spend on its windows capture.overhead_budget of its expected
+        length (the shortest of its latest runs, CUDA start to exit), by gitmd's launch-cost model:
+        its windows so far (capture.launch_cost_us a launch), CUPTI left attached from its first
+        window to the expected end (capture.attached_cost_us a launch; never detached), and one more
+        window. Observing in one stretch, whatever the budget, cost timm's 7-s trainings 10-19% a
+        run: 3-4 windows took most of their life (H200 2026-12-04). What one run could not see, the
+        program's next observed run goes on with (the causes of its last window carry over). A first
+        run's length is unknown: its observation is not bounded here."""
+        d = self.d
+        c = d.config.capture
+        st = d.states.of(job_id)
+        if c.overhead_budget <= 0 or not st.first_window_ns or st.window_s <= 0 or d.capture is None:
+            return ""
+        job = d.jobs.get(job_id)
+        runs = d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        if not runs:
+            return ""
+        life = min(runs)
+        born = [s.created_real_ns for s, _ in d.capture.processes(job_id) if s.created_real_ns]
+        end_ns = (min(born) if born else st.first_window_ns) + int(life * 1e9)
+        rate = st.window_kernels / st.window_s
+        end_ns = max(end_ns, st.first_window_ns)
+        attached = attached_model_s(d, st, None, now_ns=end_ns, since_ns=job.created_ns)
+        one_more = c.window_duration_s * min(1.0, rate * c.launch_cost_us * 1e-6)
+        projected = st.window_model_s + attached + one_more
+        if projected <= c.overhead_budget * life:
+            return ""
+        return (
+            f"its window budget is spent: its windows and the CUPTI they leave attached would cost "
+            f"{projected:.2f} s of its expected {life:.1f} s with one more window, over "
+            f"capture.overhead_budget ({100 * c.overhead_budget:.1f}%)"
+        )
 
     def rests(self, job: Job, plan: LaunchPlan) -> str:
         """Why this run of a recurring program gets no capture window at all ("" : it may get them):
@@ -291,9 +351,11 @@ class Observe:
         windows in all), no experiment on it, and no live lever left that acts through a window."""
         d = self.d
         jc = d.capture.get(job_id) if d.capture is not None else None
-        if jc is None or not self.pub.settled(job_id):
+        if jc is None:
             return False
-        if self.short_of_evidence(job_id, jc.windows):
+        if not self.budget_spent(job_id) and (
+            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
+        ):
             return False
         st = d.states.of(job_id)
         with d.states.exp_lock:
@@ -306,15 +368,17 @@ class Observe:
         told (they detach CUPTI then, once, only with capture.detach_cupti). True: it ended."""
         if self.d.capture is None or not self.observation_done(job_id):
             return False
+        spent = self.budget_spent(job_id)
         answers = self.d.capture.end_observation(job_id)
         st = self.d.states.of(job_id)
         st.observed, st.observation_end_ns = True, time.time_ns()
         self.pub.note_phase(job_id)
-        if answers:
+        if answers or spent:
             log.info(
-                "job %s: observation ended after %d windows, no more windows (%s)",
+                "job %s: observation ended after %d windows%s, no more windows (%s)",
                 job_id,
                 self.pub.windows(job_id),
+                f" ({spent})" if spent else "",
                 ", ".join(f"pid {p}: {a}" for p, a in sorted(answers.items())),
             )
         return True

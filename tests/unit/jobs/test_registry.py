@@ -222,3 +222,19 @@ def test_stored_bytes_count_bytes_and_spare_a_running_trials_runs(tmp_path: Path
         j = reg.register(Registration(f"k{i}", big, "/w", 4001, 4001, capture=False))[0]
         reg.exited(j.id, 0)
     assert reg.get(job.id).id == job.id
+
+
+def test_a_programs_earlier_runs_are_its_clean_runs(tmp_path: Path) -> None:
+    """What a program's next runs are planned on (the settle wait, the window budget, the time left
+    for a trial's pair) is how long its earlier runs lasted: a run that failed (exit code not 0)
+    says nothing of that, and a failed 2-s run made a 30-s program look short."""
+    reg = JobRegistry(Store(tmp_path / "g.db"), tmp_path / "run", CaptureConfig(), max_per_user=10)
+    me = Registration("j", ("python", "t.py"), "/w", 4001, 4001, capture=False)
+    ok = reg.register(me)[0]
+    reg.exited(ok.id, 0, run_s=30.0)
+    failed = reg.register(me)[0]
+    reg.exited(failed.id, 1, run_s=2.0)
+    later = reg.register(me)[0]
+    assert later.launch_key
+    assert reg.earlier_runs_s(later.launch_key, later.created_ns, clock="run_s") == [30.0]
+    assert len(reg.earlier_runs_s(later.launch_key, later.created_ns)) == 1

@@ -17,6 +17,7 @@ import pytest
 
 from gitmd.capture import capture_file, duty
 from gitmd.config import ExperimentsConfig
+from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
 from gitmd.jobs.registry import Registration
 from gitmd.loop.observe import LATE_SHARE
@@ -59,7 +60,8 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     crashed jobs on the H200), so a start-up window costs a launch-bound job ~40% until then: a
     recurring job whose earlier runs all lasted at least twice capture.settle_s gets no duty window
     before its processes are settle_s old, nor does a first run (taken as long until it has shown
-    otherwise). A job one of whose runs was short, a launch trial's run and a job with a live policy
+    otherwise). A job one of whose runs was short waits only for its observation to be placed late
+    in its expected run; a launch trial's run and a job with a live policy
     whose lever needs a window get theirs at once; a job that got its workload's policy and is not
     explored waits, whatever its runs' length. A program whose runs are long waits longer: its
     observation is placed late in its expected run (what a window leaves behind is paid until the end)."""
@@ -101,10 +103,15 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     submitted: list[str] = []
     svc.loop.pool.submit = lambda fn, job_id: submitted.append(job_id)  # type: ignore[method-assign,assignment,misc]
     svc.loop.windows_per_user = 100  # the windows submitted here never run (and never give back their place)
-    # "long"'s runs lasted 3 * settle: its observation stretch (a short first window, then
-    # session_windows windows a tick apart) is placed to end by LATE_SHARE of that, later than settle
+    # "long"'s runs lasted 3 * settle: its observation stretch is placed to end by LATE_SHARE of
+    # that, later than settle; no observed run of it is known, so the stretch is what its window
+    # budget pays for with a window priced at all its time (a short first window, then budget * 3 *
+    # settle s of windows, a tick)
     c = svc.config.capture
-    stretch = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
+    stretch = min(
+        c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S),
+        c.first_window_s + c.overhead_budget * 3 * settle + duty.TICK_S,
+    )
     late = LATE_SHARE * 3 * settle - stretch
     assert late > settle
     young = launch("long", 1.0)
@@ -125,7 +132,16 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     finally:
         exps.workload_trials = real  # type: ignore[method-assign]
     svc.duty_cycle()
-    assert sorted(submitted) == sorted([short, slow_start, settled])
+    # a program whose runs were short (10 s under CUDA) no longer gets its window at start-up: its
+    # observation is placed late in its expected run too (never before settle_s only for long ones)
+    short_stretch = min(
+        c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S),
+        c.first_window_s + c.overhead_budget * settle + duty.TICK_S,
+    )
+    for j in (short, slow_start):
+        assert svc.states.of(j).settling
+        assert svc.states.of(j).settle_age_s == pytest.approx(LATE_SHARE * settle - short_stretch)
+    assert sorted(submitted) == [settled]
     assert (
         svc.states.of(young).settling
         and svc.states.of(first).settling
@@ -157,9 +173,9 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     assert settles(job, LaunchPlan({}, ()))  # applied from the tick, as its processes show
     svc.states.of(job.id).live = None
     brief = svc.jobs.get(short)
-    assert not settles(brief, LaunchPlan({}, ()))
+    assert "placed late in its expected run" in settles(brief, LaunchPlan({}, ()))
     svc.states.of(brief.id).policy_id = 7  # it got its workload's policy: known, not explored
-    assert settles(brief, LaunchPlan({}, ()))
+    assert "policy" in settles(brief, LaunchPlan({}, ()))
     svc.states.of(brief.id).policy_id = 0
 
 
@@ -192,6 +208,9 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
             assert not plan.capture and not set(SHIM_ENV) & set(plan.env) and plan.env["GITM_JOB_ID"]
             stored = svc.jobs.get(v.job.id)
             assert not stored.capture and stored.runtime_dir == ""
+            # explain says why there is nothing to explain on this run (it said "not captured")
+            with pytest.raises(InvalidArgumentError, match=r"runs without gitmd.s capture .*observed on"):
+                svc.attribution(v.job.id)
         else:
             assert plan.capture
             path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
@@ -613,3 +632,75 @@ def test_a_program_whose_observed_runs_cost_much_is_observed_more_rarely(tmp_pat
         svc.jobs.exited(v.job.id, 0, windows=2 if observed else 0, cost=cost)
     # the backoff alone: runs 1, 2, 4, 8; with the cost: 1, 2, then every fifth run
     assert [i + 1 for i, o in enumerate(seen) if o] == [1, 2, 7, 12]
+
+
+def test_a_runs_observation_stops_where_its_window_budget_is_spent(
+    tmp_path: Path, write_ring: Callable[..., Path]
+) -> None:
+    """A recurring program whose runs live 7 s under CUDA (timm's trainings, H200 2026-12-04: 3-4
+    windows a run took most of their life and cost them 10-19%) gets its observation late in its
+    expected run, and only the window time its run's budget (capture.overhead_budget of the shortest
+    recent run, by the launch-cost model, CUPTI left attached until the expected end included) pays
+    for: the observation ends there, whatever evidence it lacks. A program with no known run, or
+    whose windows cost little, is not cut short."""
+    svc = make_service(tmp_path)
+    c = svc.config.capture
+    assert c.overhead_budget > 0
+    life = 7.0
+
+    def earlier_run(name: str, model_share: float) -> None:
+        """An observed run of ``name``: ``life`` s under CUDA, its 2 s of windows costing it
+        ``model_share`` of their time by the launch-cost model."""
+        v, _ = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        cost = json.dumps({"window_s": 2.0, "capture_model_s": 2.0 * model_share})
+        svc.jobs.exited(v.job.id, 0, windows=3, run_s=life, cost=cost)
+
+    earlier_run("dear", 0.3)  # launch-bound: an open window cost it 30%
+    earlier_run("cheap", 0.001)  # GPU-bound: 0.1%
+    # (their second runs: observed, as the backoff observes runs 1, 2, 4, 8...)
+    observe = svc.loop.observe
+
+    template = tmp_path / "template"
+    template.mkdir()
+    live_ring(str(template), write_ring)  # a ring naming this living process
+
+    def launch(name: str, age_s: float) -> str:
+        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        data = bytearray((template / "ring-1-1.gitm").read_bytes())
+        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
+        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+        path.write_bytes(bytes(data))
+        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
+        return v.job.id
+
+    dear, cheap, first = launch("dear", 1.0), launch("cheap", 1.0), launch("first", 1.0)
+    # placement: the budget pays for little window time on "dear" (0.01 * 7 / 0.3 = 0.23 s), so its
+    # observation is placed to end by LATE_SHARE of 7 s; "cheap" gets its whole stretch, which
+    # does not fit in 7 s: no wait; a first run waits settle_s, as before
+    stretch = c.first_window_s + 0.01 * life / 0.3 + duty.TICK_S
+    assert svc.states.of(dear).settling
+    assert svc.states.of(dear).settle_age_s == pytest.approx(LATE_SHARE * life - stretch)
+    assert not svc.states.of(cheap).settling
+    assert svc.states.of(first).settle_age_s == c.settle_s
+
+    def windowed(job_id: str, window_s: float, kernels: int) -> None:
+        """The job's windows so far, as after_window counts them."""
+        st = svc.states.of(job_id)
+        st.first_window_ns = time.time_ns() - int(window_s * 1e9)
+        st.window_s, st.window_kernels = window_s, kernels
+        st.window_model_s = window_s * min(1.0, kernels / window_s * c.launch_cost_us * 1e-6)
+
+    # "dear" after its short first window: 50k launches/s, CUPTI attached until its expected end
+    windowed(dear, c.first_window_s, int(50_000 * c.first_window_s))
+    why = observe.budget_spent(dear)
+    assert "window budget is spent" in why and "capture.overhead_budget" in why
+    assert observe.observation_done(dear)  # whatever evidence it lacks (no step found yet)
+    assert observe.end_if_done(dear) and svc.states.of(dear).observed
+    # the same windows on "cheap" (a few launches a second) fit its budget: not cut short
+    windowed(cheap, c.first_window_s, 10)
+    assert observe.budget_spent(cheap) == ""
+    assert not observe.observation_done(cheap)  # its step not found yet: observed on, as before
+    # a first run: its length unknown, its observation is not bounded by it
+    windowed(first, c.first_window_s, int(50_000 * c.first_window_s))
+    assert observe.budget_spent(first) == ""
