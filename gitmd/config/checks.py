@@ -161,6 +161,7 @@ SCHEMA: dict[str, dict[str, Checker]] = {
     "metrics": {"port": _int_range(0, 65535), "address": _string},
     "capture": {
         "shim_path": _path,
+        "cupti_path": _path,
         "window_every_s": _nonneg_float,
         "window_duration_s": _positive_float,
         "first_window_s": _nonneg_float,

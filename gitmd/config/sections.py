@@ -81,6 +81,9 @@ DEFAULT_CAPTURE_KINDS = tuple(k for k in CAPTURE_KINDS if k != "memset")
 @dataclass(frozen=True)
 class CaptureConfig:
     shim_path: Path | None = None  # None: the installed or built shim, found automatically
+    # the libcupti the shim opens in the job (GITM_CUPTI_PATH); None: the shim looks for it (the
+    # dynamic linker's search, then $CUDA_HOME, $CUDA_PATH and /usr/local/cuda's usual folders)
+    cupti_path: Path | None = None
     window_every_s: float = 30.0  # duty cycle: one window this often per running job (0: only on demand)
     window_duration_s: float = 2.0
     # a job's first duty window: this long (at most window_duration_s), since its launch rate, and

@@ -16,9 +16,10 @@ class RunHistory:
         self, launch_key: str, before_ns: int, runs: int = 3, clock: str = "registration"
     ) -> list[float]:
         """How long each of the latest ``runs`` runs of ``launch_key`` that exited cleanly (exit code
-        0) before ``before_ns`` lasted, newest first: a failed run says nothing of how long the
-        program runs. ``clock``: "registration" (registration to exit) or "run_s" (the shim's: its
-        first process's CUDA start to the last exit; runs that had the shim only)."""
+        0, or none reported) before ``before_ns`` lasted, newest first: a failed run says nothing of
+        how long the program runs. ``clock``: "registration" (registration to exit) or "run_s"
+        (the shim's: its first process's CUDA start to the last exit; runs that had the shim
+        only)."""
         if not launch_key:
             return []
         if clock not in ("registration", "run_s"):
@@ -27,7 +28,7 @@ class RunHistory:
         with self.store.reading() as db:
             rows = db.conn.execute(
                 f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state = 'exited' AND exit_code = 0 AND ended_ns IS NOT NULL "
+                "AND state = 'exited' AND COALESCE(exit_code, 0) = 0 AND ended_ns IS NOT NULL "
                 f"{'AND run_s > 0 ' if clock == 'run_s' else ''}ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, before_ns, runs],
             ).fetchall()

@@ -46,7 +46,10 @@ def find_guard(shim: Path) -> Path | None:
 
 
 # what build_plan adds for the shim (GITM_JOB_ID stays: it names the job to gitmd's sitecustomize)
-SHIM_ENV = ("GITM_JOB_DIR", "CUDA_INJECTION64_PATH", "GITM_RING_RECORDS", "GITM_SHIM_DETACH", "GITM_GUARD")
+SHIM_ENV = (
+    "GITM_JOB_DIR", "CUDA_INJECTION64_PATH", "GITM_RING_RECORDS", "GITM_SHIM_DETACH", "GITM_GUARD",
+    "GITM_CUPTI_PATH",
+)  # fmt: skip
 
 
 def build_plan(
@@ -57,10 +60,13 @@ def build_plan(
     warnings: list[str],
     free_guard: bool = True,
     detach_cupti: bool = False,
+    cupti_path: Path | None = None,
 ) -> LaunchPlan:
     """``GITM_GUARD`` names the free guard; launchers put it first on LD_PRELOAD (job_environment).
     ``detach_cupti``: the shim may detach CUPTI once when gitmd ends a process's observation
-    (GITM_SHIM_DETACH=1; capture.detach_cupti)."""
+    (GITM_SHIM_DETACH=1; capture.detach_cupti). ``cupti_path``: the libcupti the shim opens
+    (GITM_CUPTI_PATH; capture.cupti_path); None: the shim looks for it (the dynamic linker's search,
+    then the usual places of a CUDA toolkit)."""
     env = {"GITM_JOB_ID": job_id}
     capture = job_dir is not None and shim is not None
     if capture:
@@ -70,6 +76,8 @@ def build_plan(
         env["GITM_RING_RECORDS"] = str(ring_records)
         if detach_cupti:
             env["GITM_SHIM_DETACH"] = "1"
+        if cupti_path is not None:
+            env["GITM_CUPTI_PATH"] = str(cupti_path)
         guard = find_guard(shim) if free_guard else None
         if guard is not None:
             env["GITM_GUARD"] = str(guard)

@@ -282,6 +282,7 @@ class JobRegistry(RunHistory):
             warnings,
             self.capture_cfg.free_guard,
             self.capture_cfg.detach_cupti,
+            self.capture_cfg.cupti_path,
         )
         job = Job(
             id=job_id,

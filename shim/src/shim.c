@@ -56,6 +56,119 @@
 #include "names.h"
 #include "ring.h"
 
+/* ---- CUPTI, loaded at run time ------------------------------------------------------------------ *
+ * The shim does not link libcupti: a package built on one host must not carry that host's CUDA path
+ * (an rpath) nor fail to load where CUDA lives elsewhere. initialize() opens it (load_cupti) and
+ * every CUPTI call below goes through these pointers (the macros after them). Each is asked of the
+ * process's global scope first: with the free guard preloaded that is the guard's interposer, which
+ * must see the shim's calls as it did when the shim linked libcupti (it tells them from the job's
+ * by their return address). */
+#define CUPTI_FUNCTIONS(X)                                                                                     \
+    X(cuptiActivityDisable)                                                                                    \
+    X(cuptiActivityEnable)                                                                                     \
+    X(cuptiActivityFlushAll)                                                                                   \
+    X(cuptiActivityGetNextRecord)                                                                              \
+    X(cuptiActivityGetNumDroppedRecords)                                                                       \
+    X(cuptiActivityRegisterCallbacks)                                                                          \
+    X(cuptiEnableCallback)                                                                                     \
+    X(cuptiEnableDomain)                                                                                       \
+    X(cuptiFinalize)                                                                                           \
+    X(cuptiGetResultString)                                                                                    \
+    X(cuptiGetStreamIdEx)                                                                                      \
+    X(cuptiGetTimestamp)                                                                                       \
+    X(cuptiGetVersion)                                                                                         \
+    X(cuptiSubscribe)                                                                                          \
+    X(cuptiUnsubscribe)
+#define CUPTI_POINTER(name) static __typeof__(name) *p_##name;
+CUPTI_FUNCTIONS(CUPTI_POINTER)
+#define cuptiActivityDisable (*p_cuptiActivityDisable)
+#define cuptiActivityEnable (*p_cuptiActivityEnable)
+#define cuptiActivityFlushAll (*p_cuptiActivityFlushAll)
+#define cuptiActivityGetNextRecord (*p_cuptiActivityGetNextRecord)
+#define cuptiActivityGetNumDroppedRecords (*p_cuptiActivityGetNumDroppedRecords)
+#define cuptiActivityRegisterCallbacks (*p_cuptiActivityRegisterCallbacks)
+#define cuptiEnableCallback (*p_cuptiEnableCallback)
+#define cuptiEnableDomain (*p_cuptiEnableDomain)
+#define cuptiFinalize (*p_cuptiFinalize)
+#define cuptiGetResultString (*p_cuptiGetResultString)
+#define cuptiGetStreamIdEx (*p_cuptiGetStreamIdEx)
+#define cuptiGetTimestamp (*p_cuptiGetTimestamp)
+#define cuptiGetVersion (*p_cuptiGetVersion)
+#define cuptiSubscribe (*p_cuptiSubscribe)
+#define cuptiUnsubscribe (*p_cuptiUnsubscribe)
+#define CUPTI_STR2(x) #x
+#define CUPTI_STR(x) CUPTI_STR2(x)
+/* libcupti's soname for the headers built against: CUPTI_API_VERSION 130001 is CUDA 13's */
+#define CUPTI_SONAME "libcupti.so." CUPTI_STR(CUDA_MAJOR_OF_CUPTI)
+#define CUDA_MAJOR_OF_CUPTI CUPTI_CUDA_MAJOR
+#if CUPTI_API_VERSION >= 130000 && CUPTI_API_VERSION < 140000
+#define CUPTI_CUDA_MAJOR 13
+#elif CUPTI_API_VERSION >= 120000 && CUPTI_API_VERSION < 130000
+#define CUPTI_CUDA_MAJOR 12
+#else
+#error "unknown CUPTI_API_VERSION: name its CUDA major here"
+#endif
+
+/* Where libcupti is looked for when GITM_CUPTI_PATH does not name it: the dynamic linker's own
+ * search (a copy the job loaded already, by soname; LD_LIBRARY_PATH; ld.so.cache), then the usual
+ * places of a CUDA toolkit (under $CUDA_HOME first). */
+static const char *const CUPTI_DIRS[] = {
+    "extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib",
+};
+
+static void *cupti_open(const char *path, char *tried, size_t n)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        size_t used = strlen(tried);
+        if (used + 4 < n)
+            snprintf(tried + used, n - used, "%s%s", used ? ", " : "", path);
+    }
+    return h;
+}
+
+/* libcupti opened and every function the shim calls found; else 0 with why in err. */
+static int load_cupti(char *err, size_t n)
+{
+    char tried[1024] = "";
+    void *h = NULL;
+    const char *explicit = getenv("GITM_CUPTI_PATH");
+    if (explicit && *explicit) {
+        h = cupti_open(explicit, tried, sizeof tried);
+    } else {
+        h = cupti_open(CUPTI_SONAME, tried, sizeof tried);
+        const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+        for (size_t i = 0; !h && i < sizeof homes / sizeof homes[0]; i++) {
+            if (!homes[i] || !*homes[i])
+                continue;
+            for (size_t j = 0; !h && j < sizeof CUPTI_DIRS / sizeof CUPTI_DIRS[0]; j++) {
+                char path[4096];
+                if (snprintf(path, sizeof path, "%s/%s/%s", homes[i], CUPTI_DIRS[j], CUPTI_SONAME) < (int)sizeof path)
+                    h = cupti_open(path, tried, sizeof tried);
+            }
+        }
+    }
+    if (!h) {
+        snprintf(err, n, "%s not found (tried %s); set GITM_CUPTI_PATH (capture.cupti_path) to it", CUPTI_SONAME, tried);
+        return 0;
+    }
+    const char *missing = NULL;
+#define CUPTI_RESOLVE(name)                                                                                    \
+    if (!(p_##name = (__typeof__(name) *)dlsym(RTLD_DEFAULT, #name)))                                         \
+        p_##name = (__typeof__(name) *)dlsym(h, #name);                                                      \
+    if (!p_##name && !missing)                                                                                 \
+        missing = #name;
+    CUPTI_FUNCTIONS(CUPTI_RESOLVE)
+#undef CUPTI_RESOLVE
+    if (missing) {
+        Dl_info info;
+        const char *where = dladdr((void *)p_cuptiGetVersion, &info) && info.dli_fname ? info.dli_fname : "libcupti";
+        snprintf(err, n, "%s has no %s: not the CUPTI the shim was built for", where, missing);
+        return 0;
+    }
+    return 1;
+}
+
 #define EXPORT __attribute__((visibility("default")))
 #define DEFAULT_RING_RECORDS (1u << 16)
 #define DEFAULT_BUFFER_BYTES (4u << 20)
@@ -164,7 +277,7 @@ static void switch_off(int32_t code, const char *what)
 {
     char reason[GITM_STATUS_REASON_LEN];
     const char *text = NULL;
-    if (code)
+    if (code && p_cuptiGetResultString)
         cuptiGetResultString((CUptiResult)code, &text);
     snprintf(reason, sizeof reason, "%s%s%s", what, text ? ": " : "", text ? text : "");
     g.inert = 1;
@@ -1792,6 +1905,13 @@ static void initialize(void)
     uint64_t records = env_size("GITM_RING_RECORDS", DEFAULT_RING_RECORDS, 64, 1u << 24);
     if (gitm_ring_create(&g.ring, dir, records, err, sizeof err) != 0) {
         fprintf(stderr, "gitm shim: capture off: %s\n", err); /* no ring to report into */
+        return;
+    }
+    char why[512];
+    if (!load_cupti(why, sizeof why)) {
+        g.active = 1;
+        switch_off(0, why);
+        fprintf(stderr, "gitm shim: capture off: %s\n", why);
         return;
     }
     uint32_t version = 0;

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitmd.capture import abi
+from gitmd.capture.ring import Ring, RingStatus
 from tests.conftest import ROOT
 
 
@@ -172,3 +173,69 @@ def test_the_shims_flags_read_zero_until_the_daemon_sets_them() -> None:
     )
     r = subprocess.run(["python3", "-c", code, str(lib)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[0, 0, 0, 0, 0, 0]", r.stderr
+
+
+def _injected(tmp_path: Path, **env: str) -> tuple[RingStatus, str]:
+    """The shim loaded into a fresh process and its InitializeInjection called as the CUDA driver
+    calls it (no GPU needed for what is asked here): its ring's status, and its stderr."""
+    import sys
+
+    lib = ROOT / "shim" / "build" / "libgitm_shim.so"
+    if not lib.exists():
+        pytest.skip("the shim was not built here (no CUDA toolkit with CUPTI headers)")
+    code = "import ctypes, sys\nprint(ctypes.CDLL(sys.argv[1]).InitializeInjection())\n"
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(lib)],
+        env={"PATH": "/usr/bin:/bin", "GITM_JOB_DIR": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stdout + r.stderr  # never stops the job
+    rings = list(tmp_path.glob("ring-*.gitm"))
+    assert len(rings) == 1, rings
+    ring = Ring(rings[0])
+    try:
+        return ring.status(), r.stderr
+    finally:
+        ring.close()
+
+
+def test_the_shim_links_no_cupti_and_says_why_it_is_off_without_one(tmp_path: Path) -> None:
+    """Hardening issue, item 13: the shim linked libcupti.so.13 with an rpath to the build host's
+    CUDA, so a package built on one host failed to load wherever CUDA lives elsewhere. It opens
+    libcupti at run time now: capture.cupti_path (GITM_CUPTI_PATH) when set, else the dynamic
+    linker's search and the usual places of a CUDA toolkit; when none will do, the job runs on and
+    the ring says why capture is off."""
+    if shutil.which("readelf"):
+        lib = ROOT / "shim" / "build" / "libgitm_shim.so"
+        if lib.exists():
+            out = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True)
+            dyn = out.stdout
+            assert "libcupti" not in dyn and "RPATH" not in dyn and "RUNPATH" not in dyn, dyn
+    st, err = _injected(tmp_path, GITM_CUPTI_PATH="/nonexistent/libcupti.so.13")
+    assert st.status == "off", st
+    assert "not found" in st.reason and "/nonexistent/libcupti.so.13" in st.reason
+    assert "GITM_CUPTI_PATH" in st.reason
+    assert "gitm shim: capture off" in err
+
+
+def test_a_libcupti_without_the_shims_functions_is_refused(tmp_path: Path, shim_tools: Path) -> None:
+    """A library by that name that is not the CUPTI the shim was built for (here the guard tests'
+    fake libcupti, which has a handful of its functions) switches capture off, naming the missing
+    function; the job runs on."""
+    fake = shim_tools / "fake" / "libcupti.so.99"
+    st, _ = _injected(tmp_path, GITM_CUPTI_PATH=str(fake))
+    assert st.status == "off" and "has no cupti" in st.reason, st
+
+
+def test_the_shim_finds_the_toolkits_cupti_by_itself(tmp_path: Path) -> None:
+    """With no path given, a CUPTI the dynamic linker or a toolkit under /usr/local/cuda has is
+    found and opened (here without a GPU: the shim may still switch off later, for another reason)."""
+    import ctypes.util
+
+    usual = list(Path("/usr/local/cuda").glob("**/libcupti.so.*")) if Path("/usr/local/cuda").exists() else []
+    if not usual and not ctypes.util.find_library("cupti"):
+        pytest.skip("no libcupti on this host")
+    st, _ = _injected(tmp_path)
+    assert "not found" not in st.reason and "has no" not in st.reason, st
