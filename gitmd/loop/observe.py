@@ -99,7 +99,8 @@ class Observe:
         runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
         if not runs:
             return c.settle_s
-        floor = c.settle_s if min(runs) >= 2 * c.settle_s else 0.0
+        # long runs, and a job that got its workload's policy (settles), never before settle_s
+        floor = c.settle_s if min(runs) >= 2 * c.settle_s or self.pub.known(job.id) else 0.0
         if job.workload_id and any(
             state == "resumable" for state, _ in self.d.experiments.workload_trials(job.workload_id).values()
         ):
@@ -109,16 +110,26 @@ class Observe:
     def planned_stretch_s(self, job: Job, life_s: float) -> float:
         """How long a run's observation is expected to last: a short first window, then
         session_windows windows a duty tick apart; shorter where the run's window budget
-        (capture.overhead_budget of ``life_s``) pays for less window time at what an open window
-        cost the program's latest observed run (budget_spent stops the observation there). With no
-        observed run known, a window is priced as the most the model lets it cost: all its time."""
+        (capture.overhead_budget of ``life_s``) pays for less, as budget_spent will count it: the
+        windows at what an open window cost the program's latest observed run, and CUPTI left
+        attached after the stretch until the end (1 - LATE_SHARE of the run). With no observed run
+        known, a window is priced as the most the model lets it cost (all its time). Where the
+        budget pays for no more than the first window, the stretch is that window alone (its run
+        pays more than the budget: the backoff and capture.observation_budget spread it over the
+        runs between observed ones)."""
         c = self.d.config.capture
         full = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
         if c.overhead_budget <= 0:
             return full
-        slowdown = self.d.jobs.window_slowdown(job.launch_key, job.created_ns) or 1.0
-        paid = c.overhead_budget * life_s / max(slowdown, 1e-6)  # window seconds the budget pays for
-        return min(full, c.first_window_s + paid + duty.TICK_S)
+        slowdown = self.d.jobs.window_slowdown(job.launch_key, job.created_ns)
+        if slowdown is None:
+            slowdown = 1.0
+        if slowdown <= 0:
+            return full  # its windows cost nothing measurable: the whole stretch
+        attached = 0.0 if c.detach_cupti else slowdown * c.attached_cost_us / c.launch_cost_us
+        tail = attached * (1 - LATE_SHARE) * life_s
+        paid = (c.overhead_budget * life_s - tail) / slowdown  # window seconds the budget pays for
+        return min(full, max(c.first_window_s, paid) + duty.TICK_S)
 
     def budget_spent(self, job_id: str) -> str:
         """Why the run's observation stops now, its window budget spent ("": it may go on). A
@@ -133,18 +144,23 @@ class Observe:
         d = self.d
         c = d.config.capture
         st = d.states.of(job_id)
-        if c.overhead_budget <= 0 or not st.first_window_ns or st.window_s <= 0 or d.capture is None:
+        if c.overhead_budget <= 0 or not st.first_window_ns or st.window_s <= 0:
             return ""
         job = d.jobs.get(job_id)
         runs = d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
         if not runs:
             return ""
         life = min(runs)
-        born = [s.created_real_ns for s, _ in d.capture.processes(job_id) if s.created_real_ns]
-        end_ns = (min(born) if born else st.first_window_ns) + int(life * 1e9)
+        # its expected end, on the registration clock (its processes' start would take the capture
+        # lock, which an open window holds)
+        lasted = d.jobs.earlier_runs_s(job.launch_key, job.created_ns)
+        end_ns = job.created_ns + int(min(lasted) * 1e9) if lasted else st.first_window_ns + int(life * 1e9)
         rate = st.window_kernels / st.window_s
         end_ns = max(end_ns, st.first_window_ns)
-        attached = attached_model_s(d, st, None, now_ns=end_ns, since_ns=job.created_ns)
+        # ending the observation detaches CUPTI where capture.detach_cupti lets it
+        attached = 0.0
+        if not c.detach_cupti:
+            attached = attached_model_s(d, st, None, now_ns=end_ns, since_ns=job.created_ns)
         one_more = c.window_duration_s * min(1.0, rate * c.launch_cost_us * 1e-6)
         projected = st.window_model_s + attached + one_more
         if projected <= c.overhead_budget * life:
@@ -348,19 +364,20 @@ class Observe:
     def observation_done(self, job_id: str) -> bool:
         """gitmd has seen enough of the job's processes: capture.session_windows windows with kernels
         analysed past start-up (or, for a job that shows none, that many and STARTUP_WINDOWS more
-        windows in all), no experiment on it, and no live lever left that acts through a window."""
+        windows in all), or its run's window budget is spent (budget_spent); no experiment on it,
+        and no live lever left that acts through a window."""
         d = self.d
         jc = d.capture.get(job_id) if d.capture is not None else None
         if jc is None:
-            return False
-        if not self.budget_spent(job_id) and (
-            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
-        ):
             return False
         st = d.states.of(job_id)
         with d.states.exp_lock:
             if st.experiment is not None:
                 return False
+        if not self.budget_spent(job_id) and (
+            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
+        ):
+            return False
         return not (st.live and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items))
 
     def end_if_done(self, job_id: str) -> bool:

@@ -38,6 +38,7 @@
 #include <cupti.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -58,8 +59,10 @@
 
 /* ---- CUPTI, loaded at run time ------------------------------------------------------------------ *
  * The shim does not link libcupti: a package built on one host must not carry that host's CUDA path
- * (an rpath) nor fail to load where CUDA lives elsewhere. initialize() opens it (load_cupti) and
- * every CUPTI call below goes through these pointers (the macros after them). Each is asked of the
+ * (an rpath) nor fail to load where CUDA lives elsewhere. initialize() opens it (load_cupti: a copy
+ * the process loaded already, else GITM_CUPTI_PATH, else the dynamic linker's search, else the usual
+ * toolkit folders) and every CUPTI call below goes through these pointers (the macros after them).
+ * Each is asked of the
  * process's global scope first: with the free guard preloaded that is the guard's interposer, which
  * must see the shim's calls as it did when the shim linked libcupti (it tells them from the job's
  * by their return address). */
@@ -96,18 +99,6 @@ CUPTI_FUNCTIONS(CUPTI_POINTER)
 #define cuptiGetVersion (*p_cuptiGetVersion)
 #define cuptiSubscribe (*p_cuptiSubscribe)
 #define cuptiUnsubscribe (*p_cuptiUnsubscribe)
-#define CUPTI_STR2(x) #x
-#define CUPTI_STR(x) CUPTI_STR2(x)
-/* libcupti's soname for the headers built against: CUPTI_API_VERSION 130001 is CUDA 13's */
-#define CUPTI_SONAME "libcupti.so." CUPTI_STR(CUDA_MAJOR_OF_CUPTI)
-#define CUDA_MAJOR_OF_CUPTI CUPTI_CUDA_MAJOR
-#if CUPTI_API_VERSION >= 130000 && CUPTI_API_VERSION < 140000
-#define CUPTI_CUDA_MAJOR 13
-#elif CUPTI_API_VERSION >= 120000 && CUPTI_API_VERSION < 130000
-#define CUPTI_CUDA_MAJOR 12
-#else
-#error "unknown CUPTI_API_VERSION: name its CUDA major here"
-#endif
 
 /* Where libcupti is looked for when GITM_CUPTI_PATH does not name it: the dynamic linker's own
  * search (a copy the job loaded already, by soname; LD_LIBRARY_PATH; ld.so.cache), then the usual
@@ -115,6 +106,17 @@ CUPTI_FUNCTIONS(CUPTI_POINTER)
 static const char *const CUPTI_DIRS[] = {
     "extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib",
 };
+
+static int loaded_cupti(struct dl_phdr_info *info, size_t size, void *out)
+{
+    (void)size;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (base && strncmp(base + 1, "libcupti.so", 11) == 0 && strlen(info->dlpi_name) < 4096) {
+        strcpy((char *)out, info->dlpi_name); /* opened after the walk: no dlopen under its lock */
+        return 1;
+    }
+    return 0;
+}
 
 static void *cupti_open(const char *path, char *tried, size_t n)
 {
@@ -130,26 +132,35 @@ static void *cupti_open(const char *path, char *tried, size_t n)
 /* libcupti opened and every function the shim calls found; else 0 with why in err. */
 static int load_cupti(char *err, size_t n)
 {
-    char tried[1024] = "";
+    char tried[1024] = "", soname[64], loaded[4096] = "";
+    /* the soname of the CUDA the headers are from (cuda.h: 13000 is 13.0) */
+    snprintf(soname, sizeof soname, "libcupti.so.%d", CUDA_VERSION / 1000);
     void *h = NULL;
     const char *explicit = getenv("GITM_CUPTI_PATH");
-    if (explicit && *explicit) {
+    /* one CUPTI per process: a copy the job loaded already (torch's, by its wheel) is the one used,
+     * whatever else is named; the free guard's interposers find that same copy */
+    dl_iterate_phdr(loaded_cupti, loaded);
+    if (loaded[0]) {
+        h = dlopen(loaded, RTLD_NOW | RTLD_NOLOAD);
+        if (!h)
+            snprintf(tried, sizeof tried, "%s (loaded, not reopened)", loaded);
+    } else if (explicit && *explicit) {
         h = cupti_open(explicit, tried, sizeof tried);
     } else {
-        h = cupti_open(CUPTI_SONAME, tried, sizeof tried);
+        h = cupti_open(soname, tried, sizeof tried);
         const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
         for (size_t i = 0; !h && i < sizeof homes / sizeof homes[0]; i++) {
             if (!homes[i] || !*homes[i])
                 continue;
             for (size_t j = 0; !h && j < sizeof CUPTI_DIRS / sizeof CUPTI_DIRS[0]; j++) {
                 char path[4096];
-                if (snprintf(path, sizeof path, "%s/%s/%s", homes[i], CUPTI_DIRS[j], CUPTI_SONAME) < (int)sizeof path)
+                if (snprintf(path, sizeof path, "%s/%s/%s", homes[i], CUPTI_DIRS[j], soname) < (int)sizeof path)
                     h = cupti_open(path, tried, sizeof tried);
             }
         }
     }
     if (!h) {
-        snprintf(err, n, "%s not found (tried %s); set GITM_CUPTI_PATH (capture.cupti_path) to it", CUPTI_SONAME, tried);
+        snprintf(err, n, "%s not found (tried %s); set GITM_CUPTI_PATH (capture.cupti_path) to it", soname, tried);
         return 0;
     }
     const char *missing = NULL;
@@ -945,6 +956,7 @@ static void hostsrc_seen(CUpti_CallbackId cbid, const CUpti_CallbackData *cb)
 /* ---- the host's waits, timed from the sync calls' callbacks (GITM_KIND_SYNC) -------------------- */
 
 static __thread uint64_t sync_enter_ns; /* this thread's sync call: CUPTI's clock at its entry */
+static __thread uint32_t sync_enter_corr; /* and its correlation id: an EXIT pairs with its own ENTER */
 
 static int sync_type_of(CUpti_CallbackId cbid)
 {
@@ -955,7 +967,7 @@ static int sync_type_of(CUpti_CallbackId cbid)
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
         return CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
-#if CUPTI_API_VERSION >= 130000
+#if CUDA_VERSION >= 13000
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2: /* cudaDeviceSynchronize's, from CUDA 13 on */
 #endif
         return CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE;
@@ -970,7 +982,7 @@ static void sync_seen(CUpti_CallbackId cbid, const CUpti_CallbackData *cb, int t
 {
     uint64_t start = sync_enter_ns, end = 0;
     sync_enter_ns = 0;
-    if (!start || cuptiGetTimestamp(&end) != CUPTI_SUCCESS || end < start)
+    if (!start || sync_enter_corr != cb->correlationId || cuptiGetTimestamp(&end) != CUPTI_SUCCESS || end < start)
         return;
     uint32_t stream_id = 0;
     if (type == CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE) {
@@ -1002,20 +1014,27 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
     const CUpti_CallbackData *cb = info;
     int sync = d == CUPTI_CB_DOMAIN_DRIVER_API && __atomic_load_n(&g.sync_on, __ATOMIC_RELAXED) ? sync_type_of(cbid) : 0;
     if (cb->callbackSite == CUPTI_API_ENTER) {
-        if (sync && cuptiGetTimestamp(&sync_enter_ns) != CUPTI_SUCCESS)
-            sync_enter_ns = 0;
+        if (sync) {
+            sync_enter_corr = cb->correlationId;
+            if (cuptiGetTimestamp(&sync_enter_ns) != CUPTI_SUCCESS)
+                sync_enter_ns = 0;
+        }
         if (__atomic_load_n(&g.yield_share, __ATOMIC_RELAXED) && is_launch(d, cbid))
             yield_gate();
         if (__atomic_load_n(&g.learning, __ATOMIC_RELAXED))
             launch_seen(d, cbid, cb);
         return;
     }
-    if (d != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT || !g.window_id)
+    if (d != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT)
+        return;
+    if (sync && g.window_id)
+        sync_seen(cbid, cb, sync);
+    else if (sync_type_of(cbid))
+        sync_enter_ns = 0; /* a wait that outlived its window: never paired with a later call */
+    if (!g.window_id)
         return;
     const void *a = cb->functionParams;
     uint32_t corr = cb->correlationId;
-    if (sync)
-        sync_seen(cbid, cb, sync);
     if (__atomic_load_n(&g.hostsrc_on, __ATOMIC_RELAXED))
         hostsrc_seen(cbid, cb);
     if (!__atomic_load_n(&g.payload_on, __ATOMIC_RELAXED))
@@ -1052,7 +1071,7 @@ static void CUPTIAPI payload_callback(void *u, CUpti_CallbackDomain d, CUpti_Cal
         synchronized(((const cuStreamSynchronize_params *)a)->hStream, 0);
         break;
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
-#if CUPTI_API_VERSION >= 130000
+#if CUDA_VERSION >= 13000
     case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
 #endif
         synchronized(NULL, 1);
@@ -1069,7 +1088,7 @@ static const CUpti_CallbackId PAYLOAD_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
-#if CUPTI_API_VERSION >= 130000
+#if CUDA_VERSION >= 13000
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
 #endif
 };
@@ -1081,7 +1100,7 @@ static const CUpti_CallbackId HOSTSRC_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,            CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
-#if CUPTI_API_VERSION >= 130000
+#if CUDA_VERSION >= 13000
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2,
 #endif
 };
@@ -1089,7 +1108,7 @@ static const CUpti_CallbackId HOSTSRC_CBIDS[] = {
 static const CUpti_CallbackId SYNC_CBIDS[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,    CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
-#if CUPTI_API_VERSION >= 130000
+#if CUDA_VERSION >= 13000
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2, /* cudaDeviceSynchronize (CUDA 13: a sync test saw no record without it) */
 #endif
 };
@@ -1223,6 +1242,7 @@ static void collect_cupti_drops(void)
 static void close_window(const char *why)
 {
     uint64_t t0 = mono_ns();
+    __atomic_store_n(&g.sync_on, 0, __ATOMIC_RELAXED); /* no sync record after the close marker */
     for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
         if (g.enabled_mask & KINDS[i].gitm)
             cuptiActivityDisable(KINDS[i].cupti);
@@ -1247,6 +1267,7 @@ static void close_window(const char *why)
 static void abandon_window(void)
 {
     uint64_t theirs = g.app_kinds ? g.app_kinds() : 0;
+    __atomic_store_n(&g.sync_on, 0, __ATOMIC_RELAXED);
     for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
         if ((g.enabled_mask & KINDS[i].gitm) && !((unsigned)KINDS[i].cupti < 64 && (theirs >> KINDS[i].cupti) & 1))
             cuptiActivityDisable(KINDS[i].cupti);

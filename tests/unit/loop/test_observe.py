@@ -108,10 +108,7 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     # budget pays for with a window priced at all its time (a short first window, then budget * 3 *
     # settle s of windows, a tick)
     c = svc.config.capture
-    stretch = min(
-        c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S),
-        c.first_window_s + c.overhead_budget * 3 * settle + duty.TICK_S,
-    )
+    stretch = c.first_window_s + duty.TICK_S  # priced at all its time, the budget pays for no more
     late = LATE_SHARE * 3 * settle - stretch
     assert late > settle
     young = launch("long", 1.0)
@@ -134,13 +131,9 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
     svc.duty_cycle()
     # a program whose runs were short (10 s under CUDA) no longer gets its window at start-up: its
     # observation is placed late in its expected run too (never before settle_s only for long ones)
-    short_stretch = min(
-        c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S),
-        c.first_window_s + c.overhead_budget * settle + duty.TICK_S,
-    )
     for j in (short, slow_start):
         assert svc.states.of(j).settling
-        assert svc.states.of(j).settle_age_s == pytest.approx(LATE_SHARE * settle - short_stretch)
+        assert svc.states.of(j).settle_age_s == pytest.approx(LATE_SHARE * settle - stretch)
     assert sorted(submitted) == [settled]
     assert (
         svc.states.of(young).settling
@@ -657,6 +650,7 @@ def test_a_runs_observation_stops_where_its_window_budget_is_spent(
 
     earlier_run("dear", 0.3)  # launch-bound: an open window cost it 30%
     earlier_run("cheap", 0.001)  # GPU-bound: 0.1%
+    earlier_run("free", 0.0)  # nothing measurable (its cost record rounds to 0): not the worst case
     # (their second runs: observed, as the backoff observes runs 1, 2, 4, 8...)
     observe = svc.loop.observe
 
@@ -675,10 +669,20 @@ def test_a_runs_observation_stops_where_its_window_budget_is_spent(
         return v.job.id
 
     dear, cheap, first = launch("dear", 1.0), launch("cheap", 1.0), launch("first", 1.0)
-    # placement: the budget pays for little window time on "dear" (0.01 * 7 / 0.3 = 0.23 s), so its
-    # observation is placed to end by LATE_SHARE of 7 s; "cheap" gets its whole stretch, which
-    # does not fit in 7 s: no wait; a first run waits settle_s, as before
-    stretch = c.first_window_s + 0.01 * life / 0.3 + duty.TICK_S
+    # placement: on "dear" the budget (1% of 7 s) does not even pay for what CUPTI left attached
+    # after its stretch costs until the end (0.3 * attached/launch cost a launch, over 20% of 7 s), so
+    # its stretch is the short first window alone, placed to end by LATE_SHARE of 7 s; "cheap" gets
+    # its whole stretch, which does not fit in 7 s: no wait; a first run waits settle_s, as before
+    stretch = c.first_window_s + duty.TICK_S
+    assert observe.planned_stretch_s(svc.jobs.get(dear), life) == pytest.approx(stretch)
+    full = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
+    assert observe.planned_stretch_s(svc.jobs.get(cheap), life) == pytest.approx(full)
+    free = launch("free", 1.0)
+    assert observe.planned_stretch_s(svc.jobs.get(free), life) == pytest.approx(full)
+    # a job that got its workload's policy never gets its first window before settle_s
+    svc.states.of(dear).policy_id = 7
+    assert observe.first_window_age_s(svc.jobs.get(dear)) == c.settle_s
+    svc.states.of(dear).policy_id = 0
     assert svc.states.of(dear).settling
     assert svc.states.of(dear).settle_age_s == pytest.approx(LATE_SHARE * life - stretch)
     assert not svc.states.of(cheap).settling
