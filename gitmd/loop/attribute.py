@@ -33,10 +33,10 @@ class Attribute:
             return rep
         if st.resting:
             return dataclasses.replace(rep, notes=[*rep.notes, f"no duty window on this run: {st.resting}"])
-        if not st.idle:
-            return rep
-        note = f"nothing tried after its latest window: {st.idle}"
-        return dataclasses.replace(rep, notes=[*rep.notes, note])
+        notes = [f"its observation ended: {st.observation_note}"] if st.observation_note else []
+        if st.idle:
+            notes.append(f"nothing tried after its latest window: {st.idle}")
+        return dataclasses.replace(rep, notes=[*rep.notes, *notes]) if notes else rep
 
     def report(self, job: Job, window_id: int = 0) -> WindowReport:
         """A window of the job analysed: the latest (taken now if there is none yet), or one of the

@@ -389,6 +389,7 @@ class Observe:
         answers = self.d.capture.end_observation(job_id)
         st = self.d.states.of(job_id)
         st.observed, st.observation_end_ns = True, time.time_ns()
+        st.observation_note = spent
         self.pub.note_phase(job_id)
         if answers or spent:
             log.info(

@@ -83,6 +83,7 @@ class JobState:
     window_kernels: int = 0  # the kernels its windows saw: its launch rate, with window_s
     first_window_ns: int = 0  # CLOCK_REALTIME: its first window opened (CUPTI attached from then on)
     observation_end_ns: int = 0  # CLOCK_REALTIME: its observation ended (CUPTI detached then, if allowed)
+    observation_note: str = ""  # why its observation ended early (its run's window budget spent)
     frameworks_seen: bool = False  # the frameworks its process runs were looked up (once a job)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs and resting ones)
     # it was registered for the shim and goes without it (a resting run, a launch trial's run):

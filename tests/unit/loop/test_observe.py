@@ -701,6 +701,7 @@ def test_a_runs_observation_stops_where_its_window_budget_is_spent(
     assert "window budget is spent" in why and "capture.overhead_budget" in why
     assert observe.observation_done(dear)  # whatever evidence it lacks (no step found yet)
     assert observe.end_if_done(dear) and svc.states.of(dear).observed
+    assert "window budget is spent" in svc.states.of(dear).observation_note  # explain says it
     # the same windows on "cheap" (a few launches a second) fit its budget: not cut short
     windowed(cheap, c.first_window_s, 10)
     assert observe.budget_spent(cheap) == ""
