@@ -178,21 +178,37 @@ class ExperimentStore:
         """The workload's latest ``runs`` unfinished trials of ``lever`` each ended with no pair of
         their own (pairs carried from earlier runs are not theirs): its runs end before a pair of
         windows fits, so continuing the trial is no reason to observe the next one (flax's 10-s
-        training continued a CPU-placement trial on every run and added nothing, H200 2026-12-04)."""
+        training continued a CPU-placement trial on every run and added nothing, H200 2026-12-04).
+        The stall lasts while the program's runs stay that short: a later run of the workload that
+        lasted at least twice as long as the longest of those tries' runs ends it."""
         if not workload_id:
             return False
         with self.store.reading() as db:
             # by its runs' order (as workload_trials); a trial gitmd's own restart cut short says
             # nothing about the runs' length
-            rows = db.query(
-                "SELECT e.arms FROM experiments e JOIN jobs j ON j.id = e.job_id WHERE j.workload_id = ? "
-                "AND e.lever = ? AND e.state = 'abandoned' "
-                "AND COALESCE(json_extract(e.decision, '$.reason'), '') != ? "
-                "ORDER BY j.created_ns DESC, e.id DESC LIMIT ?",
-                [workload_id, lever, RESTARTED, runs],
+            # (a list: the rows are read twice)
+            rows = list(
+                db.query(
+                    "SELECT e.arms, j.created_ns, j.ended_ns "
+                    "FROM experiments e JOIN jobs j ON j.id = e.job_id "
+                    "WHERE j.workload_id = ? AND e.lever = ? AND e.state = 'abandoned' "
+                    "AND COALESCE(json_extract(e.decision, '$.reason'), '') != ? "
+                    "ORDER BY j.created_ns DESC, e.id DESC LIMIT ?",
+                    [workload_id, lever, RESTARTED, runs],
+                )
             )
             own = [[a for a in json.loads(r["arms"] or "[]") if "from" not in a] for r in rows]
-        return len(own) == runs and not any(pairs_of(a) for a in own)
+            if len(own) != runs or any(pairs_of(a) for a in own):
+                return False
+            lasted = [int(r["ended_ns"]) - int(r["created_ns"]) for r in rows if r["ended_ns"]]
+            if not lasted:
+                return True
+            (longer,) = db.conn.execute(
+                "SELECT MAX(ended_ns - created_ns) FROM jobs WHERE workload_id = ? AND created_ns > ? "
+                "AND state = 'exited' AND ended_ns IS NOT NULL",
+                [workload_id, max(int(r["created_ns"]) for r in rows)],
+            ).fetchone()
+        return not (longer is not None and longer >= 2 * max(lasted))
 
     def workload_levers(self, workload_id: str) -> dict[str, str]:
         """Live levers the workload's earlier runs tried: "reverted" (decided, not kept: never
