@@ -239,3 +239,22 @@ def test_the_shim_finds_the_toolkits_cupti_by_itself(tmp_path: Path) -> None:
         pytest.skip("no libcupti on this host")
     st, _ = _injected(tmp_path)
     assert "not found" not in st.reason and "has no" not in st.reason, st
+
+
+def test_with_the_free_guard_preloaded_the_shims_cupti_calls_still_go_through_it(tmp_path: Path) -> None:
+    """The guard tells the shim's CUPTI calls from the job's by their return address; it saw them
+    when the shim linked libcupti, and must still now that the shim opens it at run time (each
+    function is asked of the global scope first): the shim's buffer-callback registration is seen
+    by the guard as the shim's, and forwarded to the real libcupti."""
+    import ctypes.util
+
+    usual = list(Path("/usr/local/cuda").glob("**/libcupti.so.*")) if Path("/usr/local/cuda").exists() else []
+    guard = ROOT / "shim" / "build" / "libgitm_guard.so"
+    if not usual and not ctypes.util.find_library("cupti"):
+        pytest.skip("no libcupti on this host")
+    if not guard.exists():
+        pytest.skip("the guard was not built")
+    st, err = _injected(tmp_path, LD_PRELOAD=str(guard), GITM_GUARD_TRACE="1")
+    seen = [ln for ln in err.splitlines() if ln.startswith("gitm-guard: cuptiActivityRegisterCallbacks")]
+    assert seen and " by shim -> " in seen[0] and "libcupti.so" in seen[0], err
+    assert "not found" not in st.reason and "has no" not in st.reason, st
