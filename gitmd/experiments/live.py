@@ -179,8 +179,9 @@ class ExperimentStore:
         their own (pairs carried from earlier runs are not theirs): its runs end before a pair of
         windows fits, so continuing the trial is no reason to observe the next one (flax's 10-s
         training continued a CPU-placement trial on every run and added nothing, H200 2026-12-04).
-        The stall lasts while the program's runs stay that short: a later run of the workload that
-        lasted at least twice as long as the longest of those tries' runs ends it."""
+        The stall lasts while the program's runs stay that short: a later clean run of the workload
+        (exit code 0, or none reported) that lasted at least twice as long as the longest of those
+        tries' runs ends it."""
         if not workload_id:
             return False
         with self.store.reading() as db:
@@ -205,7 +206,7 @@ class ExperimentStore:
                 return True
             (longer,) = db.conn.execute(
                 "SELECT MAX(ended_ns - created_ns) FROM jobs WHERE workload_id = ? AND created_ns > ? "
-                "AND state = 'exited' AND ended_ns IS NOT NULL",
+                "AND state = 'exited' AND COALESCE(exit_code, 0) = 0 AND ended_ns IS NOT NULL",
                 [workload_id, max(int(r["created_ns"]) for r in rows)],
             ).fetchone()
         return not (longer is not None and longer >= 2 * max(lasted))

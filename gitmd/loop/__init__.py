@@ -39,6 +39,9 @@ from gitmd.loop.trials import Trials
 log = logging.getLogger(__name__)
 WINDOW_WORKERS = 4  # capture windows open at once, all jobs together
 WINDOWS_PER_USER = 2  # ... of one user's jobs (the others always find a worker)
+# a window submitted by the duty tick makes its job not due for its length and this long after: its
+# analysis sets the next due time (a window that failed makes it due at once)
+ANALYSIS_GRACE_S = 30.0
 
 
 class Loop:
@@ -72,8 +75,13 @@ class Loop:
                 continue
             if self.known.window_free_pending(job_id):  # no window needed (it samples CPUs: off the tick)
                 self.pool.submit(functools.partial(self.known.apply, window_free=True), job_id)
-            if not paused and self.observe.wants_window(job_id):
-                self.submit_window(job_id)
+            if not paused and self.observe.wants_window(job_id) and self.submit_window(job_id):
+                # not due again while this window is taken and analysed (schedule_next then says
+                # when): a tick in between saw it due and opened a second first window (the lock
+                # is free once the capture ends, the next due time set only after the analysis)
+                jc = self.d.capture.get(job_id)
+                if jc is not None:
+                    jc.next_due_mono = now + self.d.config.capture.window_duration_s + ANALYSIS_GRACE_S
 
     def submit_window(self, job_id: str) -> bool:
         """A window for the job in the pool, unless its user has WINDOWS_PER_USER queued or open
@@ -122,6 +130,9 @@ class Loop:
             return  # paused meanwhile (gitmctl pause)
         got = self.observe.window(job_id)  # observe: a capture window, its steps, its workload
         if got is None:
+            jc = self.d.capture.get(job_id) if self.d.capture is not None else None
+            if jc is not None:
+                jc.next_due_mono = 0.0  # no window was taken: due again at the next tick
             return
         window, probe = got
         st = self.d.states.of(job_id)

@@ -148,6 +148,10 @@ class Attribute:
                 reports[st.newest.window_id] = window_report(st.newest, history=st.history, tester=None)
             except Exception:
                 log.exception("the last window of job %s could not be analysed", job_id)
+        if reports and st.observation_note:  # why its observation ended early, readable after the run
+            last = max(reports)
+            note = f"its observation ended: {st.observation_note}"
+            reports[last] = dataclasses.replace(reports[last], notes=[*reports[last].notes, note])
         if reports:
             self.d.reports.keep(job_id, {w: report_codec.dumps(r) for w, r in reports.items()})
 

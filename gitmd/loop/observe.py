@@ -385,7 +385,11 @@ class Observe:
         told (they detach CUPTI then, once, only with capture.detach_cupti). True: it ended."""
         if self.d.capture is None or not self.observation_done(job_id):
             return False
-        spent = self.budget_spent(job_id)
+        jc = self.d.capture.get(job_id)
+        short = jc is not None and (
+            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
+        )
+        spent = self.budget_spent(job_id) if short else ""  # the budget cut it short, not done anyway
         answers = self.d.capture.end_observation(job_id)
         st = self.d.states.of(job_id)
         st.observed, st.observation_end_ns = True, time.time_ns()

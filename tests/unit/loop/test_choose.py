@@ -477,16 +477,17 @@ def test_a_lever_whose_last_two_tries_ended_with_no_pair_is_not_tried_again(tmp_
     assert "sched_priority: its last two tries on this program's runs ended before a pair" in why, why
     assert len(tried) == 2
     # the stall lasts while the program's runs stay that short: its tries' runs lasted 5 s; a later
-    # run of 8 s keeps it, one of 12 s (twice as long as the longest of them) ends it
+    # run of 8 s keeps it, as does a failed one of 12 s; a clean one of 12 s (twice as long as the
+    # longest of them) ends it
     with svc.jobs.store.transaction() as db:
         db.execute("UPDATE jobs SET state = 'exited', exit_code = 0, ended_ns = created_ns + ? WHERE "
                    "workload_id = 'w1'", [int(5e9)])  # fmt: skip
-    for lasted_s, stalls in ((8.0, True), (12.0, False)):
+    for lasted_s, code, stalls in ((8.0, 0, True), (12.0, 1, True), (12.0, 0, False)):
         later, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", *me))
         svc.jobs.set_workload(later.job.id, "w1")
         with svc.jobs.store.transaction() as db:
-            db.execute("UPDATE jobs SET state = 'exited', exit_code = 0, ended_ns = created_ns + ? "
-                       "WHERE id = ?", [int(lasted_s * 1e9), later.job.id])  # fmt: skip
+            db.execute("UPDATE jobs SET state = 'exited', exit_code = ?, ended_ns = created_ns + ? "
+                       "WHERE id = ?", [code, int(lasted_s * 1e9), later.job.id])  # fmt: skip
         assert svc.experiments.stalled("w1", "sched_priority") is stalls, lasted_s
     _, why = run()
     assert why == "" and len(tried) == 3, why

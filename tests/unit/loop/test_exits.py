@@ -174,11 +174,14 @@ def test_an_ended_jobs_last_window_is_explained_from_the_store(tmp_path: Path) -
     job_id = view.job.id
     window = capture_file.loads(next(iter(sorted(PLANTED.glob("*.npz")))))
     svc.states.of(job_id).newest = dataclasses.replace(window, job_id=job_id)
+    # its run's window budget ended its observation early: still said after the run
+    svc.states.of(job_id).observation_note = "its window budget is spent: ..."
     svc.report_exit(job_id, 0)
     assert svc.states.get(job_id) is None  # nothing of it left in memory
     rep = svc.attribution(job_id)
     assert rep.window_id == window.window_id and rep.notes[0].startswith("the job has ended (exited, exit 0)")
     assert [c.name for c in rep.causes]
+    assert "its observation ended: its window budget is spent" in " ".join(rep.notes), rep.notes
 
 
 def test_a_job_whose_exit_came_while_the_reaper_looked_is_not_lost(tmp_path: Path) -> None:
