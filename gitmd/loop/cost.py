@@ -23,6 +23,8 @@
   the trials in them and the CUPTI they leave attached really cost; the model only counts launches
   inside windows);
 - ``arm``: the launch trial arm the run was ("A", "B") or "";
+- ``observation_cut``: why its observation ended before it had seen enough (its run's window budget
+  spent: Observe.budget_spent), or null;
 - ``measured_share``: the measured parts over the run's length, and ``share`` the model's part with
   them; each null when a part or the run's length is not known (never a guess).
 """
@@ -169,6 +171,7 @@ def run_cost(
         "trial_arm_s": None if trial_arm is None else round(trial_arm, 3),
         "observation_s": None if observation is None else round(observation, 3),
         "arm": arm or "",
+        "observation_cut": st.observation_note or None,
         "observation_clock": clock or None,
         "run_s": run_s,
         "wall_s": None if wall_s is None else round(wall_s, 3),

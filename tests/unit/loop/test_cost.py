@@ -46,9 +46,11 @@ def test_an_ended_job_keeps_what_gitmd_cost_it(tmp_path: Path) -> None:
     svc.loop.observe.after_window(dataclasses.replace(window, job_id=job_id))
     st = svc.states.of(job_id)
     assert st.window_s > 1.0 and 0 < st.window_model_s < st.window_s
+    st.observation_note = "its window budget is spent: ..."  # its run's budget ended its observation
     ended = svc.report_exit(job_id, 0)
     cost = json.loads(ended.job.cost)
     assert cost["window_s"] > 1.0 and cost["losing_arms_s"] == 0.0 and cost["trial_arm_s"] == 0.0
+    assert cost["observation_cut"].startswith("its window budget is spent")
     assert cost["share"] is None  # no run length by its own clock here: not known, not guessed
     line = cost_line(ended.job.cost)
     assert line.startswith("share not known:") and "gitmd's capture model" in line
