@@ -63,13 +63,14 @@ corpus:
 
 # The corpus scoreboard on this host's GPU, parts that fit a 10-minute device call:
 #   make bench-corpus PARTS=timm-resnet18-train-fp32,cupy-cg [RUNS=5] [ORACLE=none|a,b]
-# then `make corpus-summary` rebuilds bench/results/corpus-latest.json from every raw file.
+# then `make corpus-summary` writes a new dated summary (bench/results/<date>-corpus-summary.json)
+# from every raw file.
 bench-corpus:
 	$(PYTHON) bench/corpus/scoreboard.py --programs "$(PARTS)" --runs "$(or $(RUNS),5)" \
 		--oracle-levers "$(ORACLE)" --out bench/results/$$(date +%Y-%m-%d)-corpus
 
 corpus-summary:
-	$(PYTHON) bench/corpus/summary.py
+	$(PYTHON) bench/corpus/summary.py --out bench/results/$$(date +%Y-%m-%d)-corpus-summary.json
 
 deb: build
 	bash packaging/deb/build.sh

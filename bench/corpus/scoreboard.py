@@ -8,7 +8,7 @@ with no flags, each beside a plain run (their order alternating), judged by the 
 
 Per program it writes `<out>/corpus-<program>.json` (the raw file: every run, its clock, its
 outputs against the plain run beside it, what gitmctl said: trial arm, policy at launch), and
-prints a table. `bench/corpus/summary.py` rebuilds `bench/results/corpus-latest.json` from every
+prints a table. `make corpus-summary` writes a new dated `bench/results/<date>-corpus-summary.json` from every
 raw file. A figure that was not measured is null, never an estimate.
 
 - **oracle**: each launch lever of gitmd's catalog (`ListLevers`, its default setting, the

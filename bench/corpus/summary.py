@@ -7,6 +7,9 @@ older one). Nothing is estimated: a figure no raw file holds is null. Programs o
 never measured are listed with `measured_at` null.
 
     python3 bench/corpus/summary.py [--results bench/results] [--out bench/results/corpus-latest.json]
+
+bench/results is append-only: `make corpus-summary` writes a new dated file
+(bench/results/<date>-corpus-summary.json), and an --out that exists already is refused.
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manifest", type=Path, default=CORPUS / "manifest.toml")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
+    if a.out is not None and a.out.exists():
+        print(f"{a.out} exists: results are append-only, name a new file", file=sys.stderr)
+        return 2
     rows = build(a.results, a.manifest)
     out = a.out or a.results / "corpus-latest.json"
     out.write_text(json.dumps({"programs": rows}, indent=1) + "\n")

@@ -132,12 +132,12 @@ class Launch:
         if plan.capture and d.capture is not None:
             st.captured = True
             d.capture.track(job.id, Path(job.runtime_dir))
-            why = "" if rest else self.observe.settles(job, plan)
+            why, age = ("", 0.0) if rest else self.observe.settle_plan(job, plan)
             if rest:
                 st.resting, st.observed = rest, True
                 log.info("job %s (%s): %s", job.id, job.name, rest)
             elif why:
-                st.settling, st.settle_age_s = True, self.observe.first_window_age_s(job)
+                st.settling, st.settle_age_s = True, age
                 log.info("job %s (%s): %s; its first capture window waits until its processes are %.0f s old "
                          "(capture.settle_s%s)", job.id, job.name, why, st.settle_age_s,
                          "" if st.settle_age_s <= d.config.capture.settle_s

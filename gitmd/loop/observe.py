@@ -63,40 +63,49 @@ class Observe:
         expected run (first_window_age_s: 0 when its whole stretch does not fit). One with a live
         policy whose lever needs a window to find what it acts on (a stream, a buffer) keeps the
         early window. A launch trial's run gets no window at all (it is timed whole)."""
+        return self.settle_plan(job, plan)[0]
+
+    def settle_plan(self, job: Job, plan: LaunchPlan) -> tuple[str, float]:
+        """``settles``' reason, with how old the job's oldest process must be before its first window
+        (first_window_age_s; 0.0 when it does not wait): both from one look at its earlier runs."""
         settle = self.d.config.capture.settle_s
         if settle <= 0 or plan.trial:
-            return ""
+            return "", 0.0
         st = self.d.states.of(job.id)
         if st.live is not None and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items):
-            return ""
-        if self.pub.known(job.id):
-            return "it got its workload's policy"
+            return "", 0.0
         # on the clock the wait is counted on: a process's age, so the runs' CUDA lifetimes (from
         # registration they include the interpreter's start: timm's ResNet-50 runs lasted 21-23 s
         # that way and 9-10 s under CUDA, so every run waited 10 s and none got a window, H200
         # 2026-12-04)
         runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        age = self.first_window_age_s(job, runs)
+        if self.pub.known(job.id):
+            return "it got its workload's policy", age
         if not runs:
-            return "a first run (taken as long until it has shown otherwise)"
+            return "a first run (taken as long until it has shown otherwise)", age
         if min(runs) >= 2 * settle:
-            return f"its earlier runs lasted over {2 * settle:.0f} s"
-        if self.first_window_age_s(job) > 0:
+            return f"its earlier runs lasted over {2 * settle:.0f} s", age
+        if age > 0:
             return (
                 f"its earlier runs lasted {min(runs):.1f} s under CUDA: its observation is placed late "
-                "in its expected run"
+                "in its expected run",
+                age,
             )
-        return ""
+        return "", 0.0
 
-    def first_window_age_s(self, job: Job) -> float:
+    def first_window_age_s(self, job: Job, runs: list[float] | None = None) -> float:
         """How old a settling job's oldest process must be before its first window: capture.settle_s
         for a first run; for a recurring program (its latest runs' lengths known, the shim's clock,
         CUDA start to exit) late enough that its observation stretch (planned_stretch_s) ends by
         LATE_SHARE of the shortest of them, and never before settle_s when they all lasted at least
         twice that (0 for shorter ones: their start-up is most of their life). A run that is to
         continue a live trial of its workload does not wait longer than settle_s: its pairs need the
-        time."""
+        time. ``runs``: its earlier runs' lengths (earlier_runs_s, the shim's clock), when the
+        caller has them."""
         c = self.d.config.capture
-        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        if runs is None:
+            runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
         if not runs:
             return c.settle_s
         # long runs, and a job that got its workload's policy (settles), never before settle_s
@@ -137,10 +146,11 @@ class Observe:
         length (the shortest of its latest runs, CUDA start to exit), by gitmd's launch-cost model:
         its windows so far (capture.launch_cost_us a launch), CUPTI left attached from its first
         window to the expected end (capture.attached_cost_us a launch; never detached), and one more
-        window. Observing in one stretch, whatever the budget, cost timm's 7-s trainings 10-19% a
-        run: 3-4 windows took most of their life (H200 2026-12-04). What one run could not see, the
-        program's next observed run goes on with (the causes of its last window carry over). A first
-        run's length is unknown: its observation is not bounded here."""
+        window. Observing in one stretch, whatever the budget, cost timm's ResNet-18 bf16 training
+        9.5% and 19% in its two observed runs: 3 windows took most of its 7-s life (H200
+        2026-12-04). What one run could not see, the program's next observed run goes on with (the
+        causes of its last window carry over). A first run's length is unknown: its observation is
+        not bounded here."""
         d = self.d
         c = d.config.capture
         st = d.states.of(job_id)
@@ -366,30 +376,32 @@ class Observe:
         analysed past start-up (or, for a job that shows none, that many and STARTUP_WINDOWS more
         windows in all), or its run's window budget is spent (budget_spent); no experiment on it,
         and no live lever left that acts through a window."""
+        return self._observation_end(job_id)[0]
+
+    def _observation_end(self, job_id: str) -> tuple[bool, str]:
+        """observation_done, with why its run's window budget cut it short ("": it did not)."""
         d = self.d
         jc = d.capture.get(job_id) if d.capture is not None else None
         if jc is None:
-            return False
+            return False, ""
         st = d.states.of(job_id)
         with d.states.exp_lock:
             if st.experiment is not None:
-                return False
-        if not self.budget_spent(job_id) and (
-            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
-        ):
-            return False
-        return not (st.live and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items))
+                return False, ""
+        short = not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
+        spent = self.budget_spent(job_id) if short else ""
+        if short and not spent:
+            return False, ""
+        return not (st.live and any(x.get("lever") not in WINDOW_FREE_LEVERS for x in st.live.items)), spent
 
     def end_if_done(self, job_id: str) -> bool:
         """When the job's observation is done its processes get no window again, and their shims are
         told (they detach CUPTI then, once, only with capture.detach_cupti). True: it ended."""
-        if self.d.capture is None or not self.observation_done(job_id):
+        if self.d.capture is None:
             return False
-        jc = self.d.capture.get(job_id)
-        short = jc is not None and (
-            not self.pub.settled(job_id) or self.short_of_evidence(job_id, jc.windows)
-        )
-        spent = self.budget_spent(job_id) if short else ""  # the budget cut it short, not done anyway
+        done, spent = self._observation_end(job_id)  # spent: the budget cut it short
+        if not done:
+            return False
         answers = self.d.capture.end_observation(job_id)
         st = self.d.states.of(job_id)
         st.observed, st.observation_end_ns = True, time.time_ns()

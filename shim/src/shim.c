@@ -466,22 +466,6 @@ static void convert(const CUpti_Activity *a)
         publish(rec, pos);
         return;
     }
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-        const CUpti_ActivitySynchronization2 *s = (const void *)a;
-        if (!(rec = reserve(&pos)))
-            return;
-        rec->type = GITM_REC_SYNC;
-        rec->correlation_id = s->correlationId;
-        rec->start_ns = s->start;
-        rec->end_ns = s->end;
-        struct gitm_sync_payload *p = (void *)rec->payload;
-        p->sync_type = (uint32_t)s->type;
-        p->stream_id = s->streamId;
-        p->context_id = s->contextId;
-        p->event_id = s->cudaEventId;
-        publish(rec, pos);
-        return;
-    }
     case CUPTI_ACTIVITY_KIND_MEMORY2: {
         const CUpti_ActivityMemory4 *m = (const void *)a;
         if (!(rec = reserve(&pos)))

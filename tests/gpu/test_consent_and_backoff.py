@@ -119,11 +119,11 @@ observation_budget = 0
 
 @pytest.mark.timeout(420)
 def test_a_short_launch_bound_programs_observed_runs_keep_to_their_window_budget(daemon_factory: Any) -> None:
-    """Convergence issue, item 3: timm's trainings lived 6-7 s under CUDA and their observed runs'
-    3-4 windows took most of that (10-19% a run by their own clocks, H200 2026-12-04). With the
-    run's window budget (capture.overhead_budget of its expected length, defaults otherwise), a
-    recurring launch-bound program's later observed runs get the short first window alone, late in
-    the run, and their observation ends there saying why. Each gitmd run is beside a plain run of
+    """Convergence issue, item 3: timm's trainings lived 6-7 s under CUDA and their observed runs' 3-4
+    windows took most of that (ResNet-18 bf16's two observed runs 9.5% and 19% by its own clock, H200
+    2026-12-04). With the run's window budget (capture.overhead_budget of its expected length, defaults
+    otherwise), a recurring launch-bound program's later observed runs get the short first window alone,
+    late in the run, and their observation ends there saying why. Each gitmd run is beside a plain run of
     the same program (interleaved); their step times are recorded, not asserted (one call's noise)."""
     d: Daemon = daemon_factory(config_text=BUDGET_CONFIG.format(port=free_port()))
     program = [sys.executable, str(W / "launch_bound.py"), "--seconds", "14"]

@@ -143,6 +143,16 @@ def test_the_summary_gives_the_noise_a_runs_cost_is_read_against() -> None:
     assert summary.plain_spread({"runs": [{**run(ba, 10.0), "order": []}, run(ab, 12.0)]}) is None
 
 
+def test_the_summary_never_overwrites_a_results_file(tmp_path: Path) -> None:
+    """bench/results is append-only: a summary written to a file that exists is refused, the file
+    unchanged (`make corpus-summary` names a new dated one)."""
+    summary = _load("summary")
+    old = tmp_path / "2026-12-04-corpus-summary.json"
+    old.write_text('{"programs": []}\n')
+    assert summary.main(["--results", str(tmp_path), "--out", str(old)]) == 2
+    assert old.read_text() == '{"programs": []}\n'
+
+
 def test_a_programs_share_of_the_gpus_ceiling(programs: list[dict]) -> None:
     """A GEMM- or copy-bound program says what one reading of its own clock is worth (`work`), from
     its command; its throughput by that clock is held to a peak measured in the same call. Every

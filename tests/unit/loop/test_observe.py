@@ -25,6 +25,26 @@ from gitmd.loop.state import LivePending
 from tests.unit.loop.helpers import MAPPINGS, PLANTED, live_ring, make_service, recurring, set_config
 
 
+def ring_launcher(svc: Any, tmp_path: Path, write_ring: Callable[..., Path]) -> Callable[[str, float], str]:
+    """launch(name, age_s): a job of program ``name`` registered, with a ring naming this living
+    process as ``age_s`` old (mapped by it, as the shim maps it); its job id."""
+    template = tmp_path / "template"
+    template.mkdir()
+    live_ring(str(template), write_ring)  # a ring naming this living process
+
+    def launch(name: str, age_s: float) -> str:
+        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
+        data = bytearray((template / "ring-1-1.gitm").read_bytes())
+        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
+        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
+        path.write_bytes(bytes(data))
+        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
+            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
+        return str(v.job.id)
+
+    return launch
+
+
 def test_the_duty_cycle_waits_for_a_jobs_stretched_period(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
@@ -83,19 +103,7 @@ def test_a_known_long_jobs_first_window_waits_until_its_processes_have_settled(
                 "UPDATE jobs SET created_ns = ended_ns - ? WHERE id = ?", [int(seconds * 1e9), v.job.id]
             )
 
-    template = tmp_path / "template"
-    template.mkdir()
-    live_ring(str(template), write_ring)  # a ring naming this living process
-
-    def launch(name: str, age_s: float) -> str:
-        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
-        data = bytearray((template / "ring-1-1.gitm").read_bytes())
-        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
-        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
-        path.write_bytes(bytes(data))
-        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
-            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
-        return v.job.id
+    launch = ring_launcher(svc, tmp_path, write_ring)
 
     for _ in range(2):
         earlier_run("long", 3 * settle)
@@ -634,12 +642,12 @@ def test_a_program_whose_observed_runs_cost_much_is_observed_more_rarely(tmp_pat
 def test_a_runs_observation_stops_where_its_window_budget_is_spent(
     tmp_path: Path, write_ring: Callable[..., Path]
 ) -> None:
-    """A recurring program whose runs live 7 s under CUDA (timm's trainings, H200 2026-12-04: 3-4
-    windows a run took most of their life and cost them 10-19%) gets its observation late in its
-    expected run, and only the window time its run's budget (capture.overhead_budget of the shortest
-    recent run, by the launch-cost model, CUPTI left attached until the expected end included) pays
-    for: the observation ends there, whatever evidence it lacks. A program with no known run, or
-    whose windows cost little, is not cut short."""
+    """A recurring program whose runs live 7 s under CUDA (timm's trainings, H200 2026-12-04: 3-4 windows
+    a run took most of their life; ResNet-18 bf16's two observed runs cost 9.5% and 19%) gets its
+    observation late in its expected run, and only the window time its run's budget
+    (capture.overhead_budget of the shortest recent run, by the launch-cost model, CUPTI left attached
+    until the expected end included) pays for: the observation ends there, whatever evidence it lacks. A
+    program with no known run, or whose windows cost little, is not cut short."""
     svc = make_service(tmp_path)
     c = svc.config.capture
     assert c.overhead_budget > 0
@@ -658,19 +666,7 @@ def test_a_runs_observation_stops_where_its_window_budget_is_spent(
     # (their second runs: observed, as the backoff observes runs 1, 2, 4, 8...)
     observe = svc.loop.observe
 
-    template = tmp_path / "template"
-    template.mkdir()
-    live_ring(str(template), write_ring)  # a ring naming this living process
-
-    def launch(name: str, age_s: float) -> str:
-        v, plan = svc.register_job(Registration(name, (name,), "/", os.getuid(), os.getgid()))
-        data = bytearray((template / "ring-1-1.gitm").read_bytes())
-        data[56:64] = (time.time_ns() - int(age_s * 1e9)).to_bytes(8, "little")  # created_real_ns
-        path = Path(plan.env["GITM_JOB_DIR"]) / "ring-1-1.gitm"
-        path.write_bytes(bytes(data))
-        with open(path, "r+b") as f:  # mapped by the process it names, as the shim maps it
-            MAPPINGS.append(mmap.mmap(f.fileno(), 0))
-        return v.job.id
+    launch = ring_launcher(svc, tmp_path, write_ring)
 
     dear, cheap, first = launch("dear", 1.0), launch("cheap", 1.0), launch("first", 1.0)
     # placement: on "dear" the budget (1% of 7 s) does not even pay for what CUPTI left attached
