@@ -111,8 +111,16 @@ def outputs(p: Program, text: str) -> list[str]:
 
 def clock(p: Program, text: str) -> float | None:
     """The program's own time per step from its log lines (median), None when it printed none (or
-    its clock is the run's wall time, "wall")."""
-    xs = [float(x) for x in re.findall(p.clock, text, re.MULTILINE)] if p.clock and p.clock != "wall" else []
+    its clock is the run's wall time, "wall"). A pattern with a group named `per_s` reads a rate (steps
+    or samples a second, its reciprocal is the time): a rate printed with more digits than the time
+    beside it, or a running average, is a finer clock than a time rounded to the millisecond."""
+    if not p.clock or p.clock == "wall":
+        return None
+    rx = re.compile(p.clock, re.MULTILINE)
+    if "per_s" in rx.groupindex:
+        xs = [1 / v for m in rx.finditer(text) if (v := float(m.group("per_s"))) > 0]
+    else:
+        xs = [float(x) for x in rx.findall(text)]
     return statistics.median(xs) if xs else None
 
 

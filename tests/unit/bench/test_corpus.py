@@ -2,6 +2,7 @@
 
 import importlib.util
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -175,3 +176,29 @@ def test_a_programs_share_of_the_gpus_ceiling(programs: list[dict]) -> None:
     assert nothing["plain_fraction"] is None and nothing["gitmd_value"] is None  # not measured: null
     assert "work.peak" in ceiling.check_work({"peak": "fp64", "per_clock": 1, "clock_s": 1})
     assert "work.clock_s" in ceiling.check_work({"peak": "fp32_gemm", "per_clock": 1, "clock_s": 0})
+
+
+def test_a_clock_that_reads_a_rate() -> None:
+    """A step clock whose pattern names a group `per_s` reads a rate, its reciprocal the time. The
+    imagefolder trainer's own log from the H200 (2026-12-04): the epoch's running rate on its last
+    update, epochs after the first (1290.14/s and 1288.58/s), not the latest update's time rounded to
+    the millisecond (0.023 s), whose median moved 10-30% between plain runs."""
+    soak = importlib.util.spec_from_file_location("crash_soak", CORPUS.parent / "crash_soak.py")
+    assert soak and soak.loader
+    mod = importlib.util.module_from_spec(soak)
+    sys.modules["crash_soak"] = mod  # its dataclasses look their module up
+    soak.loader.exec_module(mod)
+    p = mod.corpus_programs()["timm-train-imagefolder-amp"]
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+    log = (fixtures / "timm-train-imagefolder-amp-stderr-h200.txt").read_text()
+    assert mod.clock(p, log) == pytest.approx((1 / 1290.14 + 1 / 1288.58) / 2)
+    assert mod.clock(p, "Train: 0 [  39/40 (100%)]  Time: 0.016s, 4017.05/s  (0.287s,  222.83/s)") is None
+    seconds = mod.Program("t", [], Path("."), clock=r"step (?P<per_s>[0-9.]+)/s")
+    assert mod.clock(seconds, "step 0/s\nstep 4/s\nstep 2/s") == pytest.approx(0.375)  # no division by 0
+
+
+def test_every_step_clock_compiles(programs: list[dict]) -> None:
+    for p in programs:
+        if p["step_clock"] != "wall":
+            rx = re.compile(p["step_clock"])
+            assert rx.groups >= 1, p["name"]
