@@ -195,8 +195,12 @@ class Service:
             raise InvalidArgumentError("a job id or name is required")
         return self.loop.pub.view(self.jobs.get(id_or_name, uid))
 
-    def list_jobs(self, include_exited: bool, scheduler_job_id: str = "") -> list[JobView]:
-        return [self.loop.pub.view(j) for j in self.jobs.list(include_exited, scheduler_job_id)]
+    def list_jobs(
+        self, include_exited: bool, scheduler_job_id: str = "", uid: int | None = None
+    ) -> list[JobView]:
+        """``uid``: that user's jobs only (filtered before any job is viewed)."""
+        jobs = self.jobs.list(include_exited, scheduler_job_id)
+        return [self.loop.pub.view(j) for j in jobs if uid is None or j.uid == uid]
 
     def close_scheduler_job(self, scheduler_job_id: str, exit_code: int) -> list[JobView]:
         """Every open gitmd job of a scheduler's job ends with its exit code (Slurm's Epilog)."""

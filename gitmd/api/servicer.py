@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from gitmd import capture_explain
-from gitmd.api import convert
+from gitmd.api import convert, heap
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.access import ADMIN, Access, Caller
@@ -81,6 +81,8 @@ def _rpc(fn: Method) -> Handler:
                 return fn(self, request, context, caller)
         except GitmdError as e:
             _abort(context, e, fn.__name__)
+        finally:
+            heap.release(request)  # a large request's memory, answered or refused
 
     return unary
 
@@ -240,9 +242,13 @@ class GitmdServicer(pb_grpc.GitmdServicer):
 
     @_rpc
     def ListJobs(self, request: Any, context: grpc.ServicerContext, caller: Caller) -> Any:
-        views = self.svc.list_jobs(request.all or bool(request.scheduler_job_id), request.scheduler_job_id)
-        if not (caller.is_reader or caller.acts_for_others):
-            views = [v for v in views if v.job.uid == caller.uid]
+        everyone = caller.is_reader or caller.acts_for_others
+        views = self.svc.list_jobs(
+            request.all or bool(request.scheduler_job_id),
+            request.scheduler_job_id,
+            uid=None if everyone else caller.uid,  # only the caller's own jobs are viewed
+        )
+        if not everyone:
             return pb.ListJobsResponse(jobs=[convert.job_to_pb(v) for v in views])
         return pb.ListJobsResponse(
             jobs=[convert.job_to_pb(v) for v in views],

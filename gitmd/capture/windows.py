@@ -281,12 +281,25 @@ class CaptureManager:
         return out
 
     def processes(self, job_id: str) -> list[tuple[RingStatus, bool]]:
+        """The job's processes: each ring's header and whether its process is alive. Never waits for
+        the job's window: while one holds the job, the headers last read (each process's status as
+        of the window's start, or later) stand in. A window holds the job for its length and its
+        acknowledgements (seconds on a ring nobody serves), and every view of the job, every user's
+        `gitmctl jobs` among them, reads this: a user's ring no shim answered held root's
+        `gitmctl job` past its 10-s timeout and everyone's `gitmctl jobs` 6-8 s (hostile-user run,
+        2026-12-04)."""
         jc = self.get(job_id)
         if jc is None:
             return []
-        with jc.lock:
+        if not jc.lock.acquire(blocking=False):
+            # the window's thread writes ``procs`` and each ``last``; a copy of the values is taken
+            # whole under the GIL, and a status is an immutable record
+            return [(pc.last, pc.alive) for pc in list(jc.procs.values()) if pc.last is not None]
+        try:
             self.discover(jc)
             return [(pc.status(), pc.alive) for pc in jc.procs.values()]
+        finally:
+            jc.lock.release()
 
     def lifetime_ns(self, job_id: str) -> tuple[int, int] | None:
         """(first CUDA initialisation, last exit) of the job's processes, CLOCK_REALTIME: from the
