@@ -63,14 +63,17 @@ corpus:
 
 # The corpus scoreboard on this host's GPU, parts that fit a 10-minute device call:
 #   make bench-corpus PARTS=timm-resnet18-train-fp32,cupy-cg [RUNS=5] [ORACLE=none|a,b]
-# then `make corpus-summary` writes a new dated summary (bench/results/<date>-corpus-summary.json)
-# from every raw file.
+# then `make corpus-summary` writes a new dated summary (bench/results/<date>-corpus-summary.json, or
+# <date>-corpus-summary-2.json and on when that day has one: results are never overwritten) from every
+# raw file.
 bench-corpus:
 	$(PYTHON) bench/corpus/scoreboard.py --programs "$(PARTS)" --runs "$(or $(RUNS),5)" \
 		--oracle-levers "$(ORACLE)" --out bench/results/$$(date +%Y-%m-%d)-corpus
 
 corpus-summary:
-	$(PYTHON) bench/corpus/summary.py --out bench/results/$$(date +%Y-%m-%d)-corpus-summary.json
+	@out=bench/results/$$(date +%Y-%m-%d)-corpus-summary.json; n=2; \
+	while [ -e "$$out" ]; do out=bench/results/$$(date +%Y-%m-%d)-corpus-summary-$$n.json; n=$$((n + 1)); done; \
+	echo "writing $$out"; $(PYTHON) bench/corpus/summary.py --out "$$out"
 
 deb: build
 	bash packaging/deb/build.sh
