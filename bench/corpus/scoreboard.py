@@ -59,6 +59,9 @@ POLICY_NOTE = "launching with its validated policy"
 SITE = {"GITM_SITE"}  # shared by every lever that acts through gitmd's sitecustomize: no overlap
 
 
+COARSE_CLOCK = 0.01  # a clock printed coarser than this share of its reading is said to be so
+
+
 def seconds(p: Program, r: dict[str, Any]) -> float | None:
     """The run's time by the program's own clock: its step time, or its wall time for "wall"."""
     if r.get("exit") != 0:
@@ -160,8 +163,8 @@ def gitmd_runs(
             {
                 "run": i + 1,
                 "order": list(order),
-                "plain": {k: plain[k] for k in ("exit", "wall_s", "clock")},
-                "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "notes")},
+                "plain": {k: plain[k] for k in ("exit", "wall_s", "clock", "clock_quantum")},
+                "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "clock_quantum", "notes")},
                 "ratio": r,
                 "cost": None if r is None else round(max(0.0, 1 / r - 1), 4),
                 "violation": mine["exit"] != plain["exit"] or mine["out"] != plain["out"],
@@ -170,6 +173,11 @@ def gitmd_runs(
             }
         )
         print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
+        quanta = (plain["clock_quantum"], mine["clock_quantum"])
+        coarse = max((q for q in quanta if q is not None), default=0.0)
+        if coarse > COARSE_CLOCK:
+            print(f"{p.name} run {i + 1}: its clock is printed to {100 * coarse:.1f}% of its reading: "
+                  "a cost below that is its rounding", flush=True)  # fmt: skip
     return out
 
 

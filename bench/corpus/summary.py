@@ -50,6 +50,19 @@ def plain_spread(doc: dict[str, Any]) -> float | None:
     return round(max(diffs), 4) if diffs else None
 
 
+def clock_quantum(doc: dict[str, Any]) -> float | None:
+    """How coarse the program's clock was in this file's runs (bench/crash_soak.py::clock_quantum): the
+    largest over its runs, as a share of the reading. A cost below it is the clock's rounding. None:
+    the file predates the field, or the program has no clock of its own."""
+    qs = [
+        q
+        for r in doc.get("runs") or []
+        for side in ("plain", "gitmd")
+        if (q := (r.get(side) or {}).get("clock_quantum")) is not None
+    ]
+    return max(qs) if qs else None
+
+
 def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     programs = tomllib.loads(manifest.read_text())["program"]
     split = manifest.parent / "split.toml"
@@ -83,6 +96,7 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row["runs"] = len(doc.get("runs") or [])  # K asked (runs_asked); fewer when a budget ran out
             row["runs_asked"] = doc.get("runs_asked")
             row["plain_spread"] = plain_spread(doc)
+            row["clock_quantum"] = clock_quantum(doc)
             # a GEMM- or copy-bound program's share of the peak measured in its call (ceiling.py)
             c = doc.get("ceiling")
             row["ceiling"] = (
@@ -95,7 +109,7 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row.update({k: None for k in FIELDS})
             row["measured_at"] = None
             row["raw"] = None
-            row["runs"] = row["runs_asked"] = row["plain_spread"] = None
+            row["runs"] = row["runs_asked"] = row["plain_spread"] = row["clock_quantum"] = None
         row["oracle_raw"] = row["oracle_measured_on"] = None
         if name in oracles:  # the newest oracle measured, from its own file
             (date, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]

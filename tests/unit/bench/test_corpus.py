@@ -178,23 +178,52 @@ def test_a_programs_share_of_the_gpus_ceiling(programs: list[dict]) -> None:
     assert "work.clock_s" in ceiling.check_work({"peak": "fp32_gemm", "per_clock": 1, "clock_s": 0})
 
 
+def _soak():
+    spec = importlib.util.spec_from_file_location("crash_soak", CORPUS.parent / "crash_soak.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["crash_soak"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+
+
 def test_a_clock_that_reads_a_rate() -> None:
     """A step clock whose pattern names a group `per_s` reads a rate, its reciprocal the time. The
     imagefolder trainer's own log from the H200 (2026-12-04): the epoch's running rate on its last
     update, epochs after the first (1290.14/s and 1288.58/s), not the latest update's time rounded to
-    the millisecond (0.023 s), whose median moved 10-30% between plain runs."""
-    soak = importlib.util.spec_from_file_location("crash_soak", CORPUS.parent / "crash_soak.py")
-    assert soak and soak.loader
-    mod = importlib.util.module_from_spec(soak)
-    sys.modules["crash_soak"] = mod  # its dataclasses look their module up
-    soak.loader.exec_module(mod)
-    p = mod.corpus_programs()["timm-train-imagefolder-amp"]
-    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
-    log = (fixtures / "timm-train-imagefolder-amp-stderr-h200.txt").read_text()
-    assert mod.clock(p, log) == pytest.approx((1 / 1290.14 + 1 / 1288.58) / 2)
-    assert mod.clock(p, "Train: 0 [  39/40 (100%)]  Time: 0.016s, 4017.05/s  (0.287s,  222.83/s)") is None
+    the millisecond (0.023 s), whose median moved 10-30% between plain runs. The validation program's
+    (2026-12-04): the running rate on its last log line only (1102.52/s)."""
+    mod = _soak()
+    train = mod.corpus_programs()["timm-train-imagefolder-amp"]
+    log = (FIXTURES / "timm-train-imagefolder-amp-stderr-h200.txt").read_text()
+    assert mod.clock(train, log) == pytest.approx((1 / 1290.14 + 1 / 1288.58) / 2)
+    assert mod.clock(train, "Train: 0 [  39/40 (100%)]  Time: 0.016s, 4017.05/s  (0.287s,  222.83/s)") is None
+    val = mod.corpus_programs()["timm-validate-imagefolder"]
+    log = (FIXTURES / "timm-validate-imagefolder-stderr-h200.txt").read_text()
+    assert mod.clock(val, log) == pytest.approx(1 / 1102.52)
     seconds = mod.Program("t", [], Path("."), clock=r"step (?P<per_s>[0-9.]+)/s")
     assert mod.clock(seconds, "step 0/s\nstep 4/s\nstep 2/s") == pytest.approx(0.375)  # no division by 0
+
+
+def test_a_clocks_rounding_is_said() -> None:
+    """How coarse a clock is, as a share of its reading: the imagefolder programs' old clocks (times
+    printed to the millisecond on ~23-ms batches) were 4-5% coarse, so a 2% cost could not show in
+    them; their rate clocks are finer than 0.01%. The summary keeps the coarsest of a file's runs."""
+    mod = _soak()
+    log = (FIXTURES / "timm-validate-imagefolder-stderr-h200.txt").read_text()
+    old = mod.Program("old", [], Path("."), clock=r"Test: \[\s*\d+/\d+\]\s+Time: ([0-9.]+)s")
+    assert mod.clock_quantum(old, log) == pytest.approx(0.001 / 0.0235, rel=1e-2)  # median of 8 readings
+    new = mod.corpus_programs()["timm-validate-imagefolder"]
+    assert mod.clock_quantum(new, log) == pytest.approx(0.01 / 1102.52, rel=1e-2)  # a rate to 0.01/s
+    assert mod.clock_quantum(new, "nothing printed") is None
+    assert mod.clock_quantum(mod.Program("w", [], Path("."), clock="wall"), log) is None
+    summary = _load("summary")
+    runs = [{"plain": {"clock_quantum": 0.01}, "gitmd": {"clock_quantum": 0.04}}, {"plain": {}, "gitmd": {}}]
+    assert summary.clock_quantum({"runs": runs}) == 0.04
+    assert summary.clock_quantum({"runs": [{"plain": {}, "gitmd": {}}]}) is None  # older files
 
 
 def test_every_step_clock_compiles(programs: list[dict]) -> None:
