@@ -215,7 +215,7 @@ class Service:
         tracked: set[int] = set()
         if self.capture is not None:
             for job_id in self.capture.job_ids():
-                tracked |= {status.pid for status, _ in self.capture.processes(job_id)}
+                tracked |= {status.pid for status, _ in self.capture.processes(job_id, wait=False)}
         shimless = {j.id: j.uid for j in self.jobs.list(include_exited=False) if not j.capture}
         return untracked(self.sampler.latest(), tracked, os.getpid(), shimless)
 

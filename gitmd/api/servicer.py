@@ -96,6 +96,8 @@ def _stream(fn: Method) -> Handler:
                 yield from fn(self, request, context, caller)
         except GitmdError as e:
             _abort(context, e, fn.__name__)
+        finally:
+            heap.release(request)
 
     return streaming
 

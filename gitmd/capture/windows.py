@@ -90,6 +90,16 @@ class ProcessCapture:
         )
         return dataclasses.replace(last, status="off", reason=self.broken[:160])
 
+    def seen(self) -> RingStatus:
+        """Its status as last read, without reading the ring (while a window holds the job): a
+        process found but not read yet is "unknown", one whose ring broke is "off" with why."""
+        last = self.last or RingStatus(
+            self.ring.pid, self.ring.start_time_ticks, "unknown", "not read yet", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        )
+        if self.broken:
+            return dataclasses.replace(last, status="off", reason=self.broken[:160])
+        return last
+
     def fail(self, e: RingError) -> None:
         if not self.broken:
             self.broken = str(e)
@@ -280,21 +290,23 @@ class CaptureManager:
                 )
         return out
 
-    def processes(self, job_id: str) -> list[tuple[RingStatus, bool]]:
-        """The job's processes: each ring's header and whether its process is alive. Never waits for
-        the job's window: while one holds the job, the headers last read (each process's status as
-        of the window's start, or later) stand in. A window holds the job for its length and its
-        acknowledgements (seconds on a ring nobody serves), and every view of the job, every user's
-        `gitmctl jobs` among them, reads this: a user's ring no shim answered held root's
-        `gitmctl job` past its 10-s timeout and everyone's `gitmctl jobs` 6-8 s (hostile-user run,
-        2026-12-04)."""
+    def processes(self, job_id: str, wait: bool = True) -> list[tuple[RingStatus, bool]]:
+        """The job's processes: each ring's header and whether its process is alive.
+
+        ``wait=False`` (views: `gitmctl job`, `gitmctl jobs`, the untracked list) never waits for
+        the job's lock: while a window (or another reader) holds it, each process's status as last
+        read stands in (ProcessCapture.seen). A window holds the job for its length and its
+        acknowledgements (seconds on a ring nobody serves): a user's ring no shim answered held
+        root's `gitmctl job` past its 10-s timeout and everyone's `gitmctl jobs` 6-8 s (hostile-user
+        run, 2026-12-04). The loop's own callers wait: they decide on what the rings say now (a job
+        whose first ring is being found must not look like one with no process)."""
         jc = self.get(job_id)
         if jc is None:
             return []
-        if not jc.lock.acquire(blocking=False):
-            # the window's thread writes ``procs`` and each ``last``; a copy of the values is taken
+        if not jc.lock.acquire(blocking=wait):
+            # the lock's holder writes ``procs`` and each ``last``; a copy of the values is taken
             # whole under the GIL, and a status is an immutable record
-            return [(pc.last, pc.alive) for pc in list(jc.procs.values()) if pc.last is not None]
+            return [(pc.seen(), pc.alive) for pc in list(jc.procs.values())]
         try:
             self.discover(jc)
             return [(pc.status(), pc.alive) for pc in jc.procs.values()]

@@ -74,7 +74,7 @@ class Publisher:
         """``note_phase``: False at registration (its first phase is written at its next view: the
         registration path stays one write)."""
         d = self.d
-        procs = d.capture.processes(job.id) if d.capture is not None else []
+        procs = d.capture.processes(job.id, wait=False) if d.capture is not None else []
         jc = d.capture.get(job.id) if d.capture is not None else None
         started = bool(procs) and job.state == "registered"
         if started:
