@@ -10,6 +10,9 @@
 # The tests part no longer fits one call's 10 minutes (H200, 2026-12-02: stream priority + tune
 # 383 s, launch trials + capture 259 s, before experiments and telemetry): run it in pieces, e.g.
 # GPU_TESTS_K="capture or telemetry or stream" then GPU_TESTS_K="tune or launch" then "experiments".
+# -k matches module names too: "backoff" selects all of test_consent_and_backoff.py (consent, backoff and
+# the window budget: with launch_trial they ran past 530 s, H200 2026-12-04). "test_capture or window_budget
+# or blocking_sync" took 303 s. Each test's time is in the log (--durations=0).
 # The fleet's test (GPU_TESTS_K=fleet, about 4 minutes: a tune, then two runs) needs PostgreSQL: the
 # GPU host has none, the carried .whl/ brings the pgserver wheel's server and psycopg.
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
@@ -54,7 +57,7 @@ declare -A RESULT
 for part in "${PARTS[@]}"; do
   case "$part" in
     tests)
-      GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/gpu \
+      GITMD_GPU_OUT="$OUTDIR" python3 -m pytest -q -p no:cacheprovider -rs --durations=0 ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/gpu \
         2>&1 | tee "$OUTDIR/pytest-gpu.log"
       RESULT[$part]=$(tail -1 "$OUTDIR/pytest-gpu.log")
       ;;
