@@ -71,9 +71,7 @@ bench-corpus:
 		--oracle-levers "$(ORACLE)" --out bench/results/$$(date +%Y-%m-%d)-corpus
 
 corpus-summary:
-	@out=bench/results/$$(date +%Y-%m-%d)-corpus-summary.json; n=2; \
-	while [ -e "$$out" ]; do out=bench/results/$$(date +%Y-%m-%d)-corpus-summary-$$n.json; n=$$((n + 1)); done; \
-	echo "writing $$out"; $(PYTHON) bench/corpus/summary.py --out "$$out"
+	$(PYTHON) bench/corpus/summary.py
 
 deb: build
 	bash packaging/deb/build.sh

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Rebuild bench/results/corpus-latest.json from every raw corpus file under bench/results
+"""A corpus summary, built from every raw corpus file under bench/results
 (`corpus-<program>.json`, written by bench/corpus/scoreboard.py): per program its latest
 measurement (with its runs, and the spread between its neighbouring plain runs: the noise its costs
 are read against), and its latest measured oracle (`oracle_raw`: the file it came from, which may be an
 older one). Nothing is estimated: a figure no raw file holds is null. Programs of the manifest
 never measured are listed with `measured_at` null.
 
-    python3 bench/corpus/summary.py [--results bench/results] [--out bench/results/corpus-latest.json]
+    python3 bench/corpus/summary.py [--results bench/results] [--out FILE]
 
-bench/results is append-only: `make corpus-summary` writes a new dated file
-(bench/results/<date>-corpus-summary.json), and an --out that exists already is refused.
+bench/results is append-only: with no --out it writes a new dated file, <results>/<date>-corpus-summary.json
+(or <date>-corpus-summary-2.json and on, when that day has one), and an --out that exists already is
+refused. `bench/results/corpus-latest.json` is the first summary (2026-12-03), kept as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
 import sys
@@ -118,6 +120,15 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     return out
 
 
+def dated(results: Path) -> Path:
+    """The day's first free summary name under ``results``."""
+    day = datetime.date.today().isoformat()
+    out, n = results / f"{day}-corpus-summary.json", 2
+    while out.exists():
+        out, n = results / f"{day}-corpus-summary-{n}.json", n + 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
@@ -128,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.out} exists: results are append-only, name a new file", file=sys.stderr)
         return 2
     rows = build(a.results, a.manifest)
-    out = a.out or a.results / "corpus-latest.json"
+    out = a.out or dated(a.results)
     out.write_text(json.dumps({"programs": rows}, indent=1) + "\n")
     measured = sum(1 for r in rows if r["measured_at"])
     print(f"wrote {out}: {len(rows)} programs, {measured} measured")

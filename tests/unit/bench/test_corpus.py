@@ -231,3 +231,18 @@ def test_every_step_clock_compiles(programs: list[dict]) -> None:
         if p["step_clock"] != "wall":
             rx = re.compile(p["step_clock"])
             assert rx.groups >= 1, p["name"]
+
+
+def test_the_summary_with_no_out_writes_the_days_next_file(tmp_path: Path) -> None:
+    """With no --out, the summary goes to a new dated file, the day's second to -2 (bench/results is
+    append-only: it never overwrites corpus-latest.json or an earlier summary)."""
+    summary = _load("summary")
+    assert summary.main(["--results", str(tmp_path)]) == 0
+    assert summary.main(["--results", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert (
+        len(names) == 2
+        and names[0].endswith("-corpus-summary-2.json")
+        and names[1].endswith("-corpus-summary.json")
+    )
+    assert not (tmp_path / "corpus-latest.json").exists()
