@@ -31,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import tomllib
@@ -56,6 +57,10 @@ from gitmd.api.pb import pb  # noqa: E402
 from gitmd.experiments.decide import speedup_interval  # noqa: E402
 
 POLICY_NOTE = "launching with its validated policy"
+# each job's newest window kept (gitmctl trace --raw's format) and archived per program
+# (<out>/windows-<program>.tgz): captures of programs nobody here wrote, for measuring the fingerprint's
+# recall and false matches on programs it was not tuned on (convergence issue, item 2)
+KEEP_WINDOWS = "[capture]\nkeep_windows = 1\n"
 SITE = {"GITM_SITE"}  # shared by every lever that acts through gitmd's sitecustomize: no overlap
 
 
@@ -262,6 +267,17 @@ def gpu_peaks(names: list[str], timeout_s: float) -> dict[str, Any]:
     return peaks
 
 
+def archive_windows(g: Gitmd, to: Path) -> bool:
+    """The windows gitmd kept of the program's jobs (<state>/windows/<job id>/<window id>.npz; the
+    raw file's runs name their job ids), as one archive. False: none was kept."""
+    kept = g.db.parent / "windows"
+    if not kept.is_dir() or not any(kept.rglob("*.npz")):
+        return False
+    with tarfile.open(to, "w:gz") as tar:
+        tar.add(kept, arcname="windows")
+    return True
+
+
 def summarise(runs: list[dict]) -> dict[str, Any]:
     first = next((r["run"] for r in runs if r["policy_at_launch"]), None)
     after = [r["ratio"] for r in runs if first is not None and r["run"] >= first and r["ratio"] is not None]
@@ -331,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: not run (budget spent)", flush=True)
             continue
         p = known[name]
-        g = Gitmd(base / name, CONFIG.format(backend=a.backend))  # an empty library per program
+        # an empty library per program
+        g = Gitmd(base / name, CONFIG.format(backend=a.backend) + KEEP_WINDOWS)
         g.start()
         try:
             orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, set(meta[name].get("needs", [])))
@@ -350,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             g.stop()
             if g.log.exists():
                 shutil.copy(g.log, logs / f"{name}-gitmd.log")
+            archive_windows(g, a.out / f"windows-{name}.tgz")
         if not runs:
             continue
         s = summarise(runs)

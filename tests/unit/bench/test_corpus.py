@@ -246,3 +246,22 @@ def test_the_summary_with_no_out_writes_the_days_next_file(tmp_path: Path) -> No
         and names[1].endswith("-corpus-summary.json")
     )
     assert not (tmp_path / "corpus-latest.json").exists()
+
+
+def test_the_scoreboard_archives_the_windows_gitmd_kept(tmp_path: Path) -> None:
+    """Each job's newest window is kept (capture.keep_windows = 1) and archived per program: captures
+    of programs nobody here wrote, for the fingerprint's recall on programs it was not tuned on."""
+    import tarfile
+    from types import SimpleNamespace
+
+    board = _load("scoreboard")
+    assert "keep_windows = 1" in board.KEEP_WINDOWS
+    lib = tmp_path / "v" / "lib"
+    g = SimpleNamespace(db=lib / "gitmd.db")
+    assert board.archive_windows(g, tmp_path / "none.tgz") is False  # nothing kept: no archive
+    assert not (tmp_path / "none.tgz").exists()
+    (lib / "windows" / "abc123").mkdir(parents=True)
+    (lib / "windows" / "abc123" / "7.npz").write_bytes(b"npz")
+    assert board.archive_windows(g, tmp_path / "w.tgz") is True
+    with tarfile.open(tmp_path / "w.tgz") as tar:
+        assert "windows/abc123/7.npz" in tar.getnames()
