@@ -3,6 +3,11 @@ bench/capture_set.py): every pair of captures compared; same-workload pairs shou
 different-workload pairs must not (false matches). Targets: recall >= 0.95, false matches 0.
 
     python bench/fingerprint.py [--fixtures DIR] [--json FILE]
+    python bench/fingerprint.py --corpus DIR [--json FILE]
+
+--corpus reads the windows the corpus scoreboard kept (DIR/**/windows-<program>.tgz, from
+bench/corpus/scoreboard.py), each labelled by its program: the fingerprint on programs nobody here
+wrote and it was not tuned on (convergence issue, item 2).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import argparse
 import itertools
 import json
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +44,21 @@ def signatures(folder: Path) -> list[tuple[str, str, Signature | None, str]]:
             why = "" if sig is not None else (st.reason or "no complete step")
         out.append((case["file"].removesuffix(".npz"), case["workload"], sig, why))
     return out
+
+
+def corpus_folder(root: Path, into: Path) -> Path:
+    """The corpus scoreboard's window archives under ``root`` unpacked into ``into``, with a
+    manifest.json labelling each window by its program (as tests/fixtures/labelled has)."""
+    cases = []
+    for tgz in sorted(root.rglob("windows-*.tgz")):
+        program = tgz.name.removeprefix("windows-").removesuffix(".tgz")
+        dest = into / f"{len(cases):03d}-{program}"
+        with tarfile.open(tgz) as tar:
+            tar.extractall(dest, filter="data")  # no links, no paths out of dest
+        for npz in sorted(dest.rglob("*.npz")):
+            cases.append({"file": str(npz.relative_to(into)), "workload": program})
+    (into / "manifest.json").write_text(json.dumps(cases, indent=1))
+    return into
 
 
 def evaluate(folder: Path) -> dict[str, object]:
@@ -81,9 +103,14 @@ def evaluate(folder: Path) -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", type=Path, default=FIXTURES)
+    ap.add_argument("--corpus", type=Path, help="a folder of the corpus scoreboard's windows-<program>.tgz")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    r = evaluate(a.fixtures)
+    if a.corpus is not None:
+        with tempfile.TemporaryDirectory(prefix="gitmd-fp-") as tmp:
+            r = evaluate(corpus_folder(a.corpus, Path(tmp)))
+    else:
+        r = evaluate(a.fixtures)
     print(f"{r['captures']} captures of {r['workloads']} workloads, threshold {r['threshold']}")
     print(f"same-workload pairs {r['same_pairs']}: recall {r['recall']:.3f} (target >= 0.95)")
     print(f"cross-workload pairs {r['cross_pairs']}: false matches {r['false_matches']} (target 0)")
