@@ -282,9 +282,15 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
     first = next((r["run"] for r in runs if r["policy_at_launch"]), None)
     after = [r["ratio"] for r in runs if first is not None and r["run"] >= first and r["ratio"] is not None]
     costs = [r["cost"] for r in runs if r["cost"] is not None]
+    ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
     return {
         "first_policy_run": first,
         "delivered_speedup": statistics.median(after) if after else None,
+        # the K runs' paired ratios (plain time over gitmd's: above 1 faster) and their 95% interval
+        # by gitmd's own rule: one that holds 1 says the runs under gitmd differed from plain ones by
+        # no more than the pairs' noise; the delivered runs' interval likewise
+        "ratio_interval": interval(ratios),
+        "delivered_interval": interval(after),
         "worst_run_cost": max(costs) if costs else None,
         "median_run_cost": statistics.median(costs) if costs else None,
         "violations": sum(1 for r in runs if r["violation"]),

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "bench" / "corpus"
 FIELDS = ("oracle_speedup", "first_policy_run", "delivered_speedup", "worst_run_cost", "median_run_cost",
-          "violations")  # fmt: skip
+          "violations", "ratio_interval", "delivered_interval")  # fmt: skip
 
 
 def _length(side: dict[str, Any]) -> float | None:

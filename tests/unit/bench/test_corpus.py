@@ -265,3 +265,24 @@ def test_the_scoreboard_archives_the_windows_gitmd_kept(tmp_path: Path) -> None:
     assert board.archive_windows(g, tmp_path / "w.tgz") is True
     with tarfile.open(tmp_path / "w.tgz") as tar:
         assert "windows/abc123/7.npz" in tar.getnames()
+
+
+def test_the_runs_ratios_get_an_interval() -> None:
+    """Per program, the K runs' paired ratios and their 95% interval (gitmd's t rule): ResNet-18
+    bf16's five runs on the H200 (2026-12-04) hold 1, so gitmd's runs differed from plain ones by no
+    more than the pairs' noise; the delivered interval is null with no policy."""
+    board = _load("scoreboard")
+
+    def run(i: int, ratio: float, policy: bool = False) -> dict:
+        return {"run": i, "ratio": ratio, "cost": round(max(0.0, 1 / ratio - 1), 4), "violation": False,
+                "policy_at_launch": policy}  # fmt: skip
+
+    s = board.summarise([run(1, 1.0034), run(2, 0.9829), run(3, 0.9723), run(4, 1.1305), run(5, 1.0063)])
+    low, high = s["ratio_interval"]
+    assert low < 1 < high and s["delivered_interval"] is None and s["worst_run_cost"] == 0.0285
+    s = board.summarise(
+        [run(1, 0.98), run(2, 1.0), run(3, 2.01, True), run(4, 1.99, True), run(5, 2.0, True)]
+    )
+    assert s["first_policy_run"] == 3 and s["delivered_speedup"] == 2.0
+    low, high = s["delivered_interval"]
+    assert 1.9 < low < 2.0 < high < 2.1
