@@ -52,6 +52,19 @@ def plain_spread(doc: dict[str, Any]) -> float | None:
     return round(max(diffs), 4) if diffs else None
 
 
+def ratio_interval(doc: dict[str, Any]) -> list[float] | None:
+    """The 95% interval of a file's paired run ratios (plain time over gitmd's), by gitmd's t rule
+    (bench/corpus/scoreboard.py::interval); null below 2 ratios."""
+    sys.path.insert(0, str(ROOT))
+    from gitmd.experiments.decide import speedup_interval
+
+    ratios = [float(r["ratio"]) for r in doc.get("runs") or [] if r.get("ratio")]
+    if len(ratios) < 2:
+        return None
+    iv = speedup_interval(ratios, [1.0] * len(ratios), paired=True)
+    return [round(iv.low, 4), round(iv.high, 4)]
+
+
 def clock_quantum(doc: dict[str, Any]) -> float | None:
     """How coarse the program's clock was in this file's runs (bench/crash_soak.py::clock_quantum): the
     largest over its runs, as a share of the reading. A cost below it is the clock's rounding. None:
@@ -93,6 +106,8 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
         if name in latest:
             _, doc, raw = latest[name]
             row.update({k: doc["summary"].get(k) for k in FIELDS})
+            if row["ratio_interval"] is None:  # a file from before the field: from its runs
+                row["ratio_interval"] = ratio_interval(doc)
             row["measured_at"] = doc["measured_at"]
             row["raw"] = raw
             row["runs"] = len(doc.get("runs") or [])  # K asked (runs_asked); fewer when a budget ran out
