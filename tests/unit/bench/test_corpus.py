@@ -286,3 +286,12 @@ def test_the_runs_ratios_get_an_interval() -> None:
     assert s["first_policy_run"] == 3 and s["delivered_speedup"] == 2.0
     low, high = s["delivered_interval"]
     assert 1.9 < low < 2.0 < high < 2.1
+
+
+def test_the_summary_gives_older_files_their_ratio_interval() -> None:
+    summary = _load("summary")
+    ratios = [1.0034, 0.9829, 0.9723, 1.1305, 1.0063]
+    board = _load("scoreboard")
+    doc = {"runs": [{"ratio": r} for r in ratios] + [{"ratio": None}]}
+    assert summary.ratio_interval(doc) == board.interval(ratios)
+    assert summary.ratio_interval({"runs": [{"ratio": 1.0}]}) is None
