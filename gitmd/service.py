@@ -120,6 +120,7 @@ class Service:
             )
         )  # fmt: skip
         self.states = self.loop.d.states
+        self.loop.d.gpu_pids = self.gpu_pids
 
     def status(self) -> Status:
         return Status(
@@ -210,6 +211,14 @@ class Service:
             self.report_exit(j.id, exit_code)
             for j in self.jobs.list(include_exited=False, scheduler_job_id=scheduler_job_id)
         ]
+
+    def gpu_pids(self) -> dict[int, tuple[int, ...]]:
+        """pid -> the GPUs (nvidia-smi index) whose latest telemetry sample lists the process."""
+        out: dict[int, list[int]] = {}
+        for s in self.sampler.latest():
+            for p in s.processes:
+                out.setdefault(p.pid, []).append(s.gpu_index)
+        return {pid: tuple(sorted(set(g))) for pid, g in out.items()}
 
     def untracked_processes(self) -> list[UntrackedProcess]:
         tracked: set[int] = set()

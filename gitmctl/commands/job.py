@@ -120,22 +120,39 @@ def run(args: argparse.Namespace, client: Client) -> int:
         print(step_line(j.step))
     if j.processes:
         print()
-        render.table(
-            ("PID", "ALIVE", "SHIM", "WINDOWS/DETACHED", "RECORDS", "DROPS RING/CUPTI", "REASON"),
-            [
-                (
-                    str(p.pid),
-                    "yes" if p.alive else "no",
-                    p.status,
-                    f"{p.windows_opened}/{p.detaches}",
-                    str(p.records_written),
-                    f"{p.ring_drops}/{p.cupti_drops}",
-                    p.reason,
-                )
-                for p in j.processes
-            ],
-        )
+        render.table(*process_table(j))
     return 0
+
+
+def process_table(j: Any) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The job's processes, rank order first for a distributed job (a RANK column then)."""
+    ranked = any(p.HasField("rank") for p in j.processes)
+    procs = sorted(j.processes, key=lambda p: (p.rank if p.HasField("rank") else -1, p.pid))
+    head = ("PID", *(("RANK",) if ranked else ()), "GPUS", "ALIVE", "SHIM", "WINDOWS/DETACHED", "RECORDS",
+            "DROPS RING/CUPTI", "REASON")  # fmt: skip
+    rows = [
+        (
+            str(p.pid),
+            *((rank_cell(p),) if ranked else ()),
+            ",".join(map(str, p.gpus)) or "-",
+            "yes" if p.alive else "no",
+            p.status,
+            f"{p.windows_opened}/{p.detaches}",
+            str(p.records_written),
+            f"{p.ring_drops}/{p.cupti_drops}",
+            p.reason,
+        )
+        for p in procs
+    ]
+    return head, rows
+
+
+def rank_cell(p: Any) -> str:
+    """A process's rank as `rank/world` (its local rank after), "-" for one launched alone."""
+    if not p.HasField("rank"):
+        return "-"
+    local = f" (local {p.local_rank})" if p.HasField("local_rank") else ""
+    return f"{p.rank}/{p.world_size}{local}"
 
 
 def step_line(st: Any) -> str:

@@ -124,7 +124,7 @@ def job_to_pb(view: JobView) -> Any:
     if view.steps is not None:
         msg.step.CopyFrom(steps_to_pb(view.steps))
     for status, alive in view.processes:
-        msg.processes.add(
+        proc = msg.processes.add(
             pid=status.pid,
             start_time_ticks=status.start_time_ticks,
             status=status.status,
@@ -136,7 +136,13 @@ def job_to_pb(view: JobView) -> Any:
             alive=alive,
             windows_opened=status.windows_opened,
             detaches=status.detaches,
+            gpus=view.gpus.get(status.pid, ()),
         )
+        rank = view.ranks.get(status.pid)
+        if rank is not None:
+            proc.rank, proc.world_size = rank.rank, rank.world_size
+            if rank.local_rank is not None:
+                proc.local_rank = rank.local_rank
     return msg
 
 

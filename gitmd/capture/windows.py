@@ -28,6 +28,7 @@ import numpy as np
 from gitmd.capture.abi import Abi
 from gitmd.capture.context import ContextSampler, WindowContext
 from gitmd.capture.decode import MAX_WINDOW_RECORDS, Decoded, NameTable, drain_decode
+from gitmd.capture.ranks import Rank, rank_of
 from gitmd.capture.ring import Ring, RingError, RingNotReady, RingStatus
 from gitmd.jobs.liveness import ProcessWatcher, ring_owner_problem, start_ticks
 from gitmd.records import ProcessWindow, WindowResult
@@ -68,6 +69,7 @@ class ProcessCapture:
     exited_real_ns: int = 0  # when the pidfd watcher saw it exit (0: not seen)
     broken: str = ""  # why its ring can no longer be read (its owner shrank it): ignored from then
     last: RingStatus | None = None
+    rank: Rank | None = None  # its rank in a distributed job (torchrun's or Slurm's variables)
 
     @property
     def alive(self) -> bool:
@@ -239,7 +241,7 @@ class CaptureManager:
                 if why:
                     ring.close()
                     raise RingError(f"{entry.path}: {why}: not trusted")
-                pc = ProcessCapture(ring)
+                pc = ProcessCapture(ring, rank=rank_of(ring.pid))  # its environment at exec
                 jc.procs[name] = pc
                 if self.watcher is not None:
                     pc.exited = False
@@ -312,6 +314,14 @@ class CaptureManager:
             return [(pc.status(), pc.alive) for pc in jc.procs.values()]
         finally:
             jc.lock.release()
+
+    def ranks(self, job_id: str) -> dict[int, Rank]:
+        """pid -> rank of the job's processes launched as ranks of a distributed job (read once,
+        when the process was found: its environment at exec). Never waits for the job's lock."""
+        jc = self.get(job_id)
+        if jc is None:
+            return {}
+        return {pc.ring.pid: pc.rank for pc in list(jc.procs.values()) if pc.rank is not None}
 
     def lifetime_ns(self, job_id: str) -> tuple[int, int] | None:
         """(first CUDA initialisation, last exit) of the job's processes, CLOCK_REALTIME: from the

@@ -88,7 +88,10 @@ class Publisher:
             if phase:
                 job = dataclasses.replace(job, phase=phase)
             steps, policy = (st.steps, st.policy_id) if st is not None else (None, 0)
-            view = JobView(job, procs, self.windows(job.id, jc), steps, policy)
+            ranks = d.capture.ranks(job.id) if d.capture is not None else {}
+            on_gpus = d.gpu_pids() if procs else {}
+            gpus = {st_.pid: on_gpus[st_.pid] for st_, _ in procs if st_.pid in on_gpus}
+            view = JobView(job, procs, self.windows(job.id, jc), steps, policy, ranks, gpus)
         if started:
             self.publish("running", view)
         return view

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gitmd.analysis.steps import JobSteps, StepStats
+from gitmd.capture.ranks import Rank
 from gitmd.capture.ring import RingStatus
 from gitmd.jobs.registry import Job
 
@@ -17,6 +18,8 @@ class JobView:
     windows: int
     steps: JobSteps | None = None  # from the latest window
     policy_id: int = 0  # the policy it was launched with
+    ranks: dict[int, Rank] = field(default_factory=dict)  # pid -> its rank, for a distributed job's
+    gpus: dict[int, tuple[int, ...]] = field(default_factory=dict)  # pid -> the GPUs NVML lists it on
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,31 @@ def test_an_experiment_that_continues_an_earlier_runs_trial_is_served() -> None:
     assert [(a.arm, a.window_id, a.at_unix_ns, a.carried_from) for a in pb.arms] == [
         ("A", 0, 0, 3), ("B", 0, 0, 3), ("A", 9, 7, 0)
     ]  # fmt: skip
+
+
+def test_a_distributed_jobs_processes_carry_their_rank_and_gpus() -> None:
+    """torchrun's workers are one job: each process shows its rank and the GPUs NVML lists it on; a
+    process launched alone has no rank (unset, not 0)."""
+    import dataclasses
+
+    from gitmd.capture.ranks import Rank
+    from gitmd.capture.ring import RingStatus
+    from gitmd.jobs.registry import Job
+    from gitmd.service import JobView
+
+    job = Job("j1", "n", ("torchrun",), "/", 0, 0, "running", 1, None, None, "/run/j1", True)
+    st = RingStatus(7, 9, "idle", "", 0, 0, 0, 0, 0, 0, 0, 130000, 64, 0, 0)
+    r0, r1, alone = st, dataclasses.replace(st, pid=8), dataclasses.replace(st, pid=6)
+    view = JobView(
+        job, [(r1, True), (r0, True), (alone, True)], 2,
+        ranks={7: Rank(0, 0, 2), 8: Rank(1, None, 2)}, gpus={7: (0,), 8: (0, 1)},
+    )  # fmt: skip
+    by_pid = {p.pid: p for p in convert.job_to_pb(view).processes}
+    assert (by_pid[7].rank, by_pid[7].local_rank, by_pid[7].world_size, list(by_pid[7].gpus)) == (
+        0,
+        0,
+        2,
+        [0],
+    )
+    assert by_pid[8].rank == 1 and not by_pid[8].HasField("local_rank") and list(by_pid[8].gpus) == [0, 1]
+    assert not by_pid[6].HasField("rank") and list(by_pid[6].gpus) == []

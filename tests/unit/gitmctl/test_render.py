@@ -29,3 +29,20 @@ def test_a_table_cell_is_one_line_of_at_most_max_cell_characters() -> None:
     _, row = out.getvalue().splitlines()
     assert len(row) <= 4 + 2 + MAX_CELL + 2 + MAX_CELL and "n" * (MAX_CELL - 1) + "…" in row
     assert row.endswith("python train.py --epochs 3") and len(out.getvalue().splitlines()) == 2
+
+
+def test_a_distributed_jobs_processes_in_rank_order() -> None:
+    from gitmctl.commands.job import process_table
+    from gitmd.api.pb import pb
+
+    j = pb.Job(id="j")
+    j.processes.add(pid=30, rank=1, world_size=2, gpus=[1], alive=True, status="idle")
+    j.processes.add(pid=40, rank=0, local_rank=0, world_size=2, gpus=[0], alive=True, status="idle")
+    j.processes.add(pid=20, alive=True, status="idle")  # torchrun's own process: no rank, no GPU
+    head, rows = process_table(j)
+    assert head[:3] == ("PID", "RANK", "GPUS")
+    assert [r[:3] for r in rows] == [("20", "-", "-"), ("40", "0/2 (local 0)", "0"), ("30", "1/2", "1")]
+    alone = pb.Job(id="k")
+    alone.processes.add(pid=5, gpus=[0], alive=True)
+    head, rows = process_table(alone)
+    assert "RANK" not in head and rows[0][:2] == ("5", "0")
