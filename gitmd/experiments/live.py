@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,6 +305,7 @@ class LiveExperiment:
         cause_share: float | None = None,
         earlier: list[Experiment] | None = None,
         budget: Callable[[list[float], list[float]], str] | None = None,
+        ranks: Callable[[], Mapping[int, object]] | None = None,
     ) -> None:
         """``cause_share``: the most of the job's time the cause the lever addresses can take (its
         Cause.ceiling; no gain beyond removing all of it is believed). ``earlier``: the workload's
@@ -312,8 +313,12 @@ class LiveExperiment:
         from: a job too short for a whole trial adds its pairs, and a later run decides on them all.
         ``budget``: after each of this run's pairs (its A and B step times so far), why the run can
         afford no more treatment windows ("" : it can); the trial then stops as abandoned, so the
-        workload's next run continues from its pairs."""
+        workload's next run continues from its pairs. ``ranks``: pid -> rank of the job's processes
+        that are ranks of a distributed job (torchrun's, srun's); taken when the trial starts, a rank
+        that exits before it ends abandons it (its arms switch every rank together: a trial on what
+        is left of a job measures another job, and the survivors are waiting on the one gone)."""
         self.budget = budget
+        self.ranked = dict(ranks()) if ranks is not None else {}
         self.cause_share = cause_share
         self.experiments = experiments
         self.interventions = interventions
@@ -391,6 +396,9 @@ class LiveExperiment:
                     return self._end(
                         "abandoned", Decision(False, "abandoned (job ended or gitmd stopping)", None)
                     )
+                gone = self._rank_gone()
+                if gone:
+                    return self._end("abandoned", Decision(False, f"abandoned: {gone}", None))
                 m = self._window(arm)
                 if m is None:
                     return self._end(
@@ -432,6 +440,17 @@ class LiveExperiment:
         iv = self.interventions.apply(self.job_id, self.lever, self.target(), experiment_id=self.exp.id)
         self.interventions.promote(iv.id, d.reason)
         return self._end("promoted", d)
+
+    def _rank_gone(self) -> str:
+        """Why the trial cannot go on: a rank of the distributed job that was there when it started
+        has exited ("" : every one is alive). No arm is in force between windows."""
+        if not self.ranked:
+            return ""
+        alive = set(self.target().pids)
+        for pid, rank in sorted(self.ranked.items(), key=lambda x: str(x[1])):
+            if pid not in alive:
+                return f"rank {rank} (pid {pid}) exited: every rank takes both arms together"
+        return ""
 
     def _early(self, a: list[float], b: list[float], nonfinite: bool) -> Decision | None:
         """Promotion before ``rounds`` pairs (``early_speedup``): after two complete pairs at least

@@ -138,6 +138,7 @@ class Trials:
                 cause_share=cause_share,
                 earlier=earlier,
                 budget=lambda a, b: self._budget(job_id, a, b),
+                ranks=lambda: d.capture.ranks(job_id) if d.capture is not None else {},
             )
             dec = exp.run()
             if confirm and exp.exp.state not in ("abandoned", "failed"):

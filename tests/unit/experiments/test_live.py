@@ -192,3 +192,41 @@ def test_a_live_gain_beyond_what_its_cause_costs_is_not_believed() -> None:
     modest = Decision(True, "1.1x faster", Interval(1.1, 1.05, 1.15, 3, True))
     assert beyond_cause(modest, "launch_bound", 0.17) is None
     assert beyond_cause(big, "launch_bound", None) is None  # no share measured: no bound to apply
+
+
+def test_a_rank_that_exits_mid_trial_abandons_it_on_every_rank(tmp_path: Path, cpus: tuple[int, int]) -> None:
+    """Two ranks of a distributed job take both arms together; when one exits mid-trial the trial
+    ends as abandoned, nothing left in force on the other (issue 29)."""
+    ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    before = os.sched_getaffinity(ranks[0].pid)
+    windows = 0
+
+    def alive() -> Target:
+        return Target(pids=tuple(p.pid for p in ranks if p.poll() is None))
+
+    def measure() -> Measurement:
+        nonlocal windows
+        windows += 1
+        if windows == 3:  # rank 1 dies in the second pair's first window, a B: its arm is in force
+            ranks[1].kill()
+            ranks[1].wait()
+        return Measurement(window_id=windows, step_ms=10.0, gpu_busy=None)
+
+    try:
+        store = Store(tmp_path / "s.db")
+        ivs = Interventions(store)
+        exp = LiveExperiment(
+            ExperimentStore(store), ivs, "job1", CpuAffinity(cpus=[cpus[1]]), "host_contention",
+            target=alive, measure=measure, rounds=4, settle_s=0.0,
+            ranks=lambda: {ranks[0].pid: 0, ranks[1].pid: 1},
+        )  # fmt: skip
+        d = exp.run()
+        assert not d.promote and "rank 1" in d.reason and "exited" in d.reason, d.reason
+        assert ExperimentStore(store).get(exp.exp.id).state == "abandoned"
+        assert windows == 3  # no window after the rank went
+        assert [iv.state for iv in ivs.list("job1", pending_only=True)] == []
+        assert os.sched_getaffinity(ranks[0].pid) == before  # the surviving rank as it was
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
