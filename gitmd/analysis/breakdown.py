@@ -6,10 +6,15 @@ synchronization (or within GAP_CAUSE_WINDOW_NS of it returning) is a sync stall 
 drained and had to be refilled —, one that starts inside or right after an allocation or free is
 allocator time, and the rest are launch gaps (the GPU waiting for the host to issue work).
 Pageable copies are also costed against pinned bandwidth: what registering the buffer would save.
+
+Collectives (NCCL's kernels, by name) are GPU time of their own: the part of them no other kernel
+runs beside is exposed communication ("communication"), the rest is hidden under compute and kept
+only as a figure (``overlapped_comm_ns``). A job on one GPU has none: its breakdown is unchanged.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +24,15 @@ from gitmd.records import Decoded
 PAGEABLE = 1
 GAP_CAUSE_WINDOW_NS = 20_000  # an idle gap "follows" an event ending within 20 µs before it
 DEFAULT_PINNED_BYTES_PER_S = 54.9e9  # H200 HtoD from pinned memory, shared/GPU.md; the capture's own wins
+# a collective's kernel: NCCL's (ncclDevKernel_AllReduce_Sum_f32_RING_LL from 2.19 on, ncclKernel_*
+# before; RCCL keeps the names) and MSCCL's
+COLLECTIVE = re.compile(r"^(nccl|msccl)[A-Z_]")
 
 
 @dataclass(frozen=True)
 class Breakdown:
     window_ns: int
-    kernels_ns: int  # GPU busy with kernels (union)
+    kernels_ns: int  # GPU busy with kernels other than collectives (union)
     copies_ns: int  # GPU busy with copies and memsets only (no kernel at the same time)
     sync_stall_ns: int  # GPU idle right after a synchronization returned
     allocator_ns: int  # GPU idle right after an allocation or free
@@ -39,12 +47,16 @@ class Breakdown:
     syncing_frees: int  # frees the GPU went idle at (cudaFree waits for the device)
     sync_count: int
     kernels: int
+    communication_ns: int = 0  # GPU busy with collectives only (exposed: no other kernel beside them)
+    overlapped_comm_ns: int = 0  # collectives' time hidden under other kernels
+    collectives: int = 0
 
     def shares(self) -> dict[str, float]:
         w = float(self.window_ns) or 1.0
         return {
             "kernels": self.kernels_ns / w,
             "copies": self.copies_ns / w,
+            "communication": self.communication_ns / w,
             "sync_stall": self.sync_stall_ns / w,
             "allocator": self.allocator_ns / w,
             "launch_gaps": self.launch_gap_ns / w,
@@ -132,6 +144,17 @@ def _observed_from(lo: int, gpu_starts: np.ndarray) -> int:
     return max(lo, int(gpu_starts.min())) if len(gpu_starts) else lo
 
 
+def collectives(r: Decoded) -> np.ndarray:
+    """Which of the process's kernels are collectives (COLLECTIVE, by name)."""
+    ids = r.kernels["name_id"]
+    if not len(ids) or not r.names:
+        return np.zeros(len(ids), dtype=bool)
+    hit = [i for i, n in r.names.items() if COLLECTIVE.match(n)]
+    if not hit:
+        return np.zeros(len(ids), dtype=bool)
+    return np.isin(ids, np.asarray(hit, dtype=ids.dtype))
+
+
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     """The breakdown of one process's records (CUPTI clock). ``window``: its bounds, else the span
     of the records."""
@@ -153,9 +176,13 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         lo, hi = window
     lo = _observed_from(lo, all_s)
     span = max(0, hi - lo)
-    kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))
+    comm = collectives(r)
+    kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))  # every kernel
     busy_s, busy_e = merge_intervals(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))
-    kernels_ns = _total(kb_s, kb_e)
+    all_kernels_ns = _total(kb_s, kb_e)
+    kernels_ns = _total(*merge_intervals(np.clip(ks[~comm], lo, hi), np.clip(ke[~comm], lo, hi)))
+    comm_ns = _total(*merge_intervals(np.clip(ks[comm], lo, hi), np.clip(ke[comm], lo, hi)))
+    exposed_ns = all_kernels_ns - kernels_ns  # collectives with no other kernel beside them
     busy_ns = _total(busy_s, busy_e)
     # idle gaps: between busy intervals, and before the first / after the last
     gap_s = np.concatenate([[lo], busy_e]) if len(busy_s) else np.array([lo])
@@ -181,7 +208,7 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     return Breakdown(
         window_ns=span,
         kernels_ns=kernels_ns,
-        copies_ns=busy_ns - kernels_ns,
+        copies_ns=busy_ns - all_kernels_ns,
         sync_stall_ns=sync_ns,
         allocator_ns=alloc_ns,
         launch_gap_ns=launch_ns,
@@ -195,4 +222,7 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         syncing_frees=_idle_at(r.memory["start_ns"][r.memory["op"] == 2].astype(np.int64), gap_s),
         sync_count=len(r.syncs),
         kernels=len(k),
+        communication_ns=exposed_ns,
+        overlapped_comm_ns=comm_ns - exposed_ns,
+        collectives=int(comm.sum()),
     )

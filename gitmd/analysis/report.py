@@ -22,7 +22,7 @@ from gitmd.analysis.steps import StepStats, detect
 from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.records import Decoded, ProcessWindow, WindowResult
 
-CLASSES = ("kernels", "copies", "launch_gaps", "sync_stall", "allocator")
+CLASSES = ("kernels", "copies", "communication", "launch_gaps", "sync_stall", "allocator")
 MIN_BIN_NS = 10_000_000
 
 Tester = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], list[GrangerTest]]

@@ -149,3 +149,36 @@ def test_the_window_sees_the_gpu_from_its_first_recorded_work() -> None:
     )
     b = breakdown(later)
     assert b.window_ns == 900 * us and b.sync_stall_ns == 320 * us
+
+
+def test_collectives_exposed_and_overlapped() -> None:
+    """A data-parallel step: NCCL's all-reduce runs partly beside the backward kernels (overlapped,
+    hidden under compute) and partly alone (exposed communication, a class of its own); a copy beside
+    the exposed part stays communication's. The shares still sum to the window."""
+    us = 1000
+    names = {
+        1: "sm90_xmma_gemm_f32f32_tf32f32",
+        2: "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    }
+    d = dataclasses.replace(
+        decoded(
+            # compute 0-300; all-reduce 200-500 (100 us under compute, 200 alone); compute 600-700
+            kernels=recs(
+                "kernels", [(0, 300 * us), (200 * us, 500 * us), (600 * us, 700 * us)], name_id=[1, 2, 1]
+            ),
+            memcpys=recs(
+                "memcpys", [(400 * us, 450 * us)], src_kind=3, dst_kind=3, bytes=1 << 20, copy_kind=8
+            ),
+        ),
+        names=names,
+    )
+    b = breakdown(d, window=(0, 1000 * us))
+    assert b.kernels_ns == 400 * us  # compute only
+    assert b.communication_ns == 200 * us and b.overlapped_comm_ns == 100 * us and b.collectives == 1
+    assert b.copies_ns == 0  # the copy ran beside the all-reduce: GPU time already counted
+    assert b.launch_gap_ns == 400 * us  # 500-600 and 700-1000
+    assert abs(sum(b.shares().values()) - 1.0) < 1e-12 and b.shares()["communication"] == 0.2
+    # one GPU, no collective: the breakdown as it always was
+    alone = dataclasses.replace(d, names={1: names[1], 2: "void at::native::vectorized_elementwise_kernel"})
+    b1 = breakdown(alone, window=(0, 1000 * us))
+    assert b1.communication_ns == 0 and b1.collectives == 0 and b1.kernels_ns == 600 * us
