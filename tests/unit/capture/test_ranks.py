@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from gitmd.capture.ranks import MAX_ENVIRON, Rank, parse, rank_of
+
+READY = "import sys; print('ready', flush=True); sys.stdin.read()"
 
 
 def env(**kv: str) -> bytes:
@@ -34,11 +37,15 @@ def test_what_is_not_a_rank() -> None:
 
 def test_a_real_processes_environment_is_read() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        [sys.executable, "-c", READY],
         stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         env={**os.environ, "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"},
     )
     try:
+        assert (
+            child.stdout is not None and child.stdout.readline() == b"ready\n"
+        )  # exec'ed: its own environment
         assert rank_of(child.pid) == Rank(1, 1, 2)
     finally:
         assert child.stdin is not None
@@ -50,8 +57,9 @@ def test_a_real_processes_environment_is_read() -> None:
 
 def test_a_huge_environment_is_read_bounded() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        [sys.executable, "-c", READY],
         stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         # variables of 100 kB each (one may not exceed 128 kB), then the rank's, past the bound
         env={
             **{f"PAD{i}": "x" * 100_000 for i in range(MAX_ENVIRON // 100_000 + 1)},
@@ -60,7 +68,10 @@ def test_a_huge_environment_is_read_bounded() -> None:
         },
     )
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         assert rank_of(child.pid) is None  # its variables after the bound are not read
+        whole = Path(f"/proc/{child.pid}/environ").read_bytes()
+        assert len(whole) > MAX_ENVIRON and parse(whole) == Rank(0, None, 2)  # they are there
     finally:
         assert child.stdin is not None
         child.stdin.close()
