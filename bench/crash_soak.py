@@ -114,14 +114,18 @@ def clock(p: Program, text: str) -> float | None:
     its clock is the run's wall time, "wall"). A pattern with a group named `per_s` reads a rate (steps
     or samples a second, its reciprocal is the time): a rate printed with more digits than the time
     beside it, or a running average, is a finer clock than a time rounded to the millisecond."""
-    if not p.clock or p.clock == "wall":
-        return None
-    rx = re.compile(p.clock, re.MULTILINE)
-    if "per_s" in rx.groupindex:
-        xs = [1 / v for m in rx.finditer(text) if (v := float(m.group("per_s"))) > 0]
-    else:
-        xs = [float(x) for x in rx.findall(text)]
+    readings, rate = _readings(p, text)
+    xs = [1 / v if rate else v for t in readings if (v := float(t)) > 0 or not rate]
     return statistics.median(xs) if xs else None
+
+
+def _readings(p: Program, text: str) -> tuple[list[str], bool]:
+    """The clock's readings as printed, and whether they are rates (a `per_s` group)."""
+    if not p.clock or p.clock == "wall":
+        return [], False
+    rx = re.compile(p.clock, re.MULTILINE)
+    rate = "per_s" in rx.groupindex
+    return [m.group("per_s" if rate else 1) for m in rx.finditer(text)], rate
 
 
 def clock_quantum(p: Program, text: str) -> float | None:
@@ -130,11 +134,7 @@ def clock_quantum(p: Program, text: str) -> float | None:
     speedup smaller than this is the clock's rounding, not a measurement; the median of such readings
     moves by whole steps (the imagefolder programs' clocks moved 25-100% between two plain runs on
     the H200, 2026-12-04). None: no clock of its own, or no reading."""
-    if not p.clock or p.clock == "wall":
-        return None
-    rx = re.compile(p.clock, re.MULTILINE)
-    group = "per_s" if "per_s" in rx.groupindex else 1
-    texts = [m.group(group) for m in rx.finditer(text)]
+    texts, _ = _readings(p, text)
     values = [float(t) for t in texts if float(t) > 0]
     if not values:
         return None

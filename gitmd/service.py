@@ -117,10 +117,10 @@ class Service:
             Deps(
                 config, backend, jobs, capture, library, self.interventions, self.experiments, self.trials,
                 self.crashes, self._gpus, self.cpu_load, self.granger, self.alive,
+                gpu_pids=sampler.process_gpus,
             )
         )  # fmt: skip
         self.states = self.loop.d.states
-        self.loop.d.gpu_pids = self.gpu_pids
 
     def status(self) -> Status:
         return Status(
@@ -211,14 +211,6 @@ class Service:
             self.report_exit(j.id, exit_code)
             for j in self.jobs.list(include_exited=False, scheduler_job_id=scheduler_job_id)
         ]
-
-    def gpu_pids(self) -> dict[int, tuple[int, ...]]:
-        """pid -> the GPUs (nvidia-smi index) whose latest telemetry sample lists the process."""
-        out: dict[int, list[int]] = {}
-        for s in self.sampler.latest():
-            for p in s.processes:
-                out.setdefault(p.pid, []).append(s.gpu_index)
-        return {pid: tuple(sorted(set(g))) for pid, g in out.items()}
 
     def untracked_processes(self) -> list[UntrackedProcess]:
         tracked: set[int] = set()

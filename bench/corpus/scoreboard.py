@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.ceiling import ceiling  # noqa: E402
+from bench.corpus.summary import interval  # noqa: E402
 from bench.crash_soak import (  # noqa: E402
     CONFIG,
     CORPUS,
@@ -54,7 +55,6 @@ from bench.crash_soak import (  # noqa: E402
 )
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
-from gitmd.experiments.decide import speedup_interval  # noqa: E402
 
 POLICY_NOTE = "launching with its validated policy"
 # each job's newest window kept (gitmctl trace --raw's format) and archived per program
@@ -138,15 +138,6 @@ def measure_env(p: Program, env: dict[str, str], pairs: int, logs: Path, timeout
     ok = [x for x in ratios if x is not None]
     return {"env": env, "ratios": ratios, "speedup": round(statistics.median(ok), 4) if ok else None,
             "interval": interval(ok), "outputs_held": held}  # fmt: skip
-
-
-def interval(ratios: list[float]) -> list[float] | None:
-    """95% interval of the speedup over paired ratios: gitmd's own rule (Student's t on the pairs'
-    log ratios, gitmd.experiments.decide); null below 2 pairs."""
-    if len(ratios) < 2:
-        return None
-    iv = speedup_interval(ratios, [1.0] * len(ratios), paired=True)
-    return [round(iv.low, 4), round(iv.high, 4)]
 
 
 def gitmd_runs(

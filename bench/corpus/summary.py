@@ -52,17 +52,22 @@ def plain_spread(doc: dict[str, Any]) -> float | None:
     return round(max(diffs), 4) if diffs else None
 
 
-def ratio_interval(doc: dict[str, Any]) -> list[float] | None:
-    """The 95% interval of a file's paired run ratios (plain time over gitmd's), by gitmd's t rule
-    (bench/corpus/scoreboard.py::interval); null below 2 ratios."""
-    sys.path.insert(0, str(ROOT))
-    from gitmd.experiments.decide import speedup_interval
-
-    ratios = [float(r["ratio"]) for r in doc.get("runs") or [] if r.get("ratio")]
+def interval(ratios: list[float]) -> list[float] | None:
+    """95% interval of the speedup over paired ratios: gitmd's own rule (Student's t on the pairs'
+    log ratios, gitmd.experiments.decide); null below 2 pairs. The scoreboard's too."""
     if len(ratios) < 2:
         return None
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from gitmd.experiments.decide import speedup_interval  # only here: the summary needs no gitmd else
+
     iv = speedup_interval(ratios, [1.0] * len(ratios), paired=True)
     return [round(iv.low, 4), round(iv.high, 4)]
+
+
+def ratio_interval(doc: dict[str, Any]) -> list[float] | None:
+    """The 95% interval of a file's paired run ratios (plain time over gitmd's); null below 2."""
+    return interval([float(r["ratio"]) for r in doc.get("runs") or [] if r.get("ratio")])
 
 
 def clock_quantum(doc: dict[str, Any]) -> float | None:

@@ -179,9 +179,11 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     comm = collectives(r)
     kb_s, kb_e = merge_intervals(np.clip(ks, lo, hi), np.clip(ke, lo, hi))  # every kernel
     busy_s, busy_e = merge_intervals(np.clip(all_s, lo, hi), np.clip(all_e, lo, hi))
-    all_kernels_ns = _total(kb_s, kb_e)
-    kernels_ns = _total(*merge_intervals(np.clip(ks[~comm], lo, hi), np.clip(ke[~comm], lo, hi)))
-    comm_ns = _total(*merge_intervals(np.clip(ks[comm], lo, hi), np.clip(ke[comm], lo, hi)))
+    all_kernels_ns = kernels_ns = _total(kb_s, kb_e)
+    comm_ns = 0
+    if comm.any():  # a distributed job's: compute and collectives apart
+        kernels_ns = _total(*merge_intervals(np.clip(ks[~comm], lo, hi), np.clip(ke[~comm], lo, hi)))
+        comm_ns = _total(*merge_intervals(np.clip(ks[comm], lo, hi), np.clip(ke[comm], lo, hi)))
     exposed_ns = all_kernels_ns - kernels_ns  # collectives with no other kernel beside them
     busy_ns = _total(busy_s, busy_e)
     # idle gaps: between busy intervals, and before the first / after the last

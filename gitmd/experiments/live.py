@@ -447,7 +447,7 @@ class LiveExperiment:
         if not self.ranked:
             return ""
         alive = set(self.target().pids)
-        for pid, rank in sorted(self.ranked.items(), key=lambda x: str(x[1])):
+        for pid, rank in sorted(self.ranked.items()):
             if pid not in alive:
                 return f"rank {rank} (pid {pid}) exited: every rank takes both arms together"
         return ""

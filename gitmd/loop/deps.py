@@ -46,7 +46,8 @@ class Deps:
     # [fleet] on: a registration whose launch key the library does not know asks the fleet sync for a
     # round now, without waiting for it (the next launch gets what the fleet knows)
     fleet_miss: Callable[[], None] | None = None
-    # pid -> the GPUs (index) whose latest telemetry sample lists it: what job views show
+    # pid -> the GPUs (index) whose latest telemetry sample lists it (Sampler.process_gpus): what job
+    # views show
     gpu_pids: Callable[[], dict[int, tuple[int, ...]]] = dict
 
     def __post_init__(self) -> None:

@@ -91,6 +91,14 @@ class Sampler:
             s = self._latest.get(gpu_index)
             return [s] if s is not None else []
 
+    def process_gpus(self) -> dict[int, tuple[int, ...]]:
+        """pid -> the GPUs (nvidia-smi index) whose latest sample lists the process."""
+        out: dict[int, set[int]] = {}
+        for s in self.latest():
+            for p in s.processes:
+                out.setdefault(p.pid, set()).add(s.gpu_index)
+        return {pid: tuple(sorted(g)) for pid, g in out.items()}
+
     def watch(self, gpu_index: int | None, alive: threading.Event) -> Watch[GpuSample]:
         return self.hub.watch(alive, None if gpu_index is None else (lambda s: s.gpu_index == gpu_index))
 

@@ -71,3 +71,14 @@ def test_slow_watcher_loses_oldest_not_newest() -> None:
         sub.offer(s)
     assert sub.dropped == 3
     assert sub.get(0.1) is samples[3] and sub.get(0.1) is samples[4]
+
+
+def test_which_gpus_each_process_is_on() -> None:
+    """pid -> the GPUs whose latest sample lists it (what a job's view shows per process)."""
+    procs = (SimProcess(gpu=0, pid=7), SimProcess(gpu=1, pid=7), SimProcess(gpu=1, pid=9))
+    backend = SimBackend(SimConfig(gpus=2, processes=procs))
+    backend.open()
+    sampler = Sampler(backend, None, 1.0)
+    assert sampler.process_gpus() == {}  # nothing sampled yet
+    sampler.tick()
+    assert sampler.process_gpus() == {7: (0, 1), 9: (1,)}
