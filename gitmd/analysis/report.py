@@ -18,7 +18,7 @@ from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.causes import Cause, rank
 from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.model import History, KernelModel, Residuals, summary_of
-from gitmd.analysis.steps import StepStats, detect
+from gitmd.analysis.steps import StepStats, detect, steady_span
 from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.records import Decoded, ProcessWindow, WindowResult
 
@@ -104,11 +104,8 @@ def window_report(
         r = p.records
         if not (len(r.kernels) or len(r.memcpys)):
             continue
-        procs.append(
-            ProcessReport(
-                p.pid, breakdown(r), detect(r.kernels["name_id"], r.kernels["start_ns"]), top_kernels(r, top)
-            )
-        )
+        st, b = analysed(r)
+        procs.append(ProcessReport(p.pid, b, st, top_kernels(r, top)))
     main = busiest(w)
     if main is None:
         return WindowReport(w.job_id, w.window_id, procs, list(w.notes))
@@ -156,12 +153,19 @@ def window_report(
     )
 
 
+def analysed(r: Decoded) -> tuple[StepStats, Breakdown]:
+    """A process's steps in a window (timed records) and its breakdown over its recorded run of
+    steps (steps.steady_span; the whole window from its opening when no step is found)."""
+    st = detect(r.kernels["name_id"], r.kernels["start_ns"])
+    return st, breakdown(r, steady_span(st))
+
+
 def add_to_history(history: History, w: WindowResult) -> None:
     """Fold a window of the job into its history (its busiest process, timed records only)."""
     main = busiest(w)
     if main is not None:
         r = main.records.timed()
-        history.add(r, idle_share(breakdown(r)))
+        history.add(r, idle_share(analysed(r)[1]))
 
 
 def history_of(windows: list[WindowResult]) -> History:

@@ -36,6 +36,11 @@ class StepStats:
     self_match: float = 0.0  # share of the sequence that repeats one period later
     regularity: float = 0.0  # share of steps within 10% of the median length in kernels
     anchor_name_id: int = 0
+    # The recorded run of steps (steady_span): from the start of the first regular step to the end
+    # of the last one, and the steps between (CUPTI clock; 0 when not found)
+    span_start_ns: int = 0
+    span_end_ns: int = 0
+    span_steps: int = 0
 
     @property
     def confidence(self) -> float:
@@ -98,8 +103,11 @@ def detect(name_ids: np.ndarray, start_ns: np.ndarray) -> StepStats:
             "the kernel sequence does not repeat (self-match " + ", ".join(tried or ["-"]) + " kernels)"
         )
     gaps = np.diff(where)
-    regular = float(np.mean(np.abs(gaps - period) <= max(1.0, 0.1 * period)))
+    ok = np.abs(gaps - period) <= max(1.0, 0.1 * period)
+    regular = float(np.mean(ok))
     times = np.diff(starts[where]).astype(np.float64)
+    # the recorded run of steps: its first and last regular step (none regular: no span)
+    first, last = (int(np.argmax(ok)), len(ok) - 1 - int(np.argmax(ok[::-1]))) if ok.any() else (0, -1)
     return StepStats(
         found=True,
         reason="",
@@ -111,7 +119,26 @@ def detect(name_ids: np.ndarray, start_ns: np.ndarray) -> StepStats:
         self_match=self_match,
         regularity=regular,
         anchor_name_id=anchor,
+        span_start_ns=int(starts[where[first]]) if last >= first else 0,
+        span_end_ns=int(starts[where[last + 1]]) if last >= first else 0,
+        span_steps=last + 1 - first,
     )
+
+
+def steady_span(stats: StepStats) -> tuple[int, int] | None:
+    """The part of a window its steps were recorded in, whole: from the start of its first regular
+    step (as many kernels as the period, within 10%) to the end of its last (CUPTI clock), or None
+    with no step found. A window's edges are not the job's: CUPTI records nothing for a while after
+    its activity is enabled (about 330 ms on the H200, 2026-12-04), and a lone record from before the
+    window or from that while is delivered with it — a kernel 3.1 s before a window opened, or one
+    followed by 42 ms without records while the job ran steps back to back. Counted, those made an
+    fp32 MLP's windows 94% and 18% launch-bound between windows 79% fp32 GEMMs (so no cause held two
+    windows in a row and run 1 planned nothing), and its time per step a window's length over its
+    steps (3x its real step: a CPU placement read 1.66x, 0.67-4.1). A stray record's step has the
+    wrong number of kernels, so the span begins after it."""
+    if not stats.found or stats.span_steps <= 0 or stats.span_end_ns <= stats.span_start_ns:
+        return None
+    return stats.span_start_ns, stats.span_end_ns
 
 
 @dataclass(frozen=True)
@@ -129,20 +156,12 @@ def job_steps(window: WindowResult) -> JobSteps | None:
     if not procs:
         return None
     main = max(procs, key=lambda p: len(p.records.kernels))
-    k = main.records.kernels
+    k = main.records.timed().kernels  # kernels CUPTI gave no timestamps cannot be placed in order
     stats = detect(k["name_id"], k["start_ns"])
     return JobSteps(main.pid, window.window_id, stats, main.records.names.get(stats.anchor_name_id, ""))
 
 
 MIN_BUSY_KERNELS = 10  # fewer kernels in a window: no busy share
-# A job that queues work far ahead of its GPU (bf16 GEMMs launched 50 steps at a time, then a sync)
-# has its window record only the kernels launched while it was open: on the H200 a 350-ms window
-# held 39 kernels run back to back in 32 ms. Time per step over the window then depends on where the
-# window fell in the burst-and-wait cycle (a CPU placement measured 1.21x faster that way, and
-# delivered 1.001x); over the recorded kernels' own span it is the GPU's rate. Such a window: its
-# kernels span under this share of it, and a kernel ran during at least QUEUED_BUSY of that span.
-QUEUED_SPAN_SHARE = 0.5
-QUEUED_BUSY = 0.9
 
 
 def gpu_busy(start_ns: np.ndarray, end_ns: np.ndarray) -> float | None:
@@ -166,21 +185,22 @@ def _busy_span(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[int, float] | 
 
 def step_timing(window: WindowResult, steps: JobSteps | None) -> tuple[float | None, float | None]:
     """The job's time per step in a window (ms; None: no step found) and the GPU-busy share of its
-    stepping process's kernels (None: too few), from one pass over them. Time per step is the
-    window's length over its complete steps (a thread that loses its core for whole time slices runs
-    its steps at full speed when it runs, so a median step would hide exactly what contention costs)
-    — or, for a window of a job queueing far ahead of its GPU (above), its kernels' span over them."""
+    stepping process's kernels (None: too few), from one pass over them. Time per step is the mean
+    over the window's recorded run of steps (steady_span), not their median: a thread that loses its
+    core for whole time slices runs its steps at full speed when it runs, so a median step would
+    hide exactly what contention costs. Not the window's length over its steps either: CUPTI records
+    nothing for the first ~330 ms of a window (steady_span), and a job that queues far ahead of its
+    GPU has only the kernels launched while the window was open recorded, run back to back in a
+    tenth of it (bf16 GEMMs 50 steps ahead on the H200: 15.2 and 18.4 ms by the window's length for
+    a 1.7-ms step; a CPU placement measured 1.21x faster that way delivered 1.001x)."""
     if steps is None:
         return None, None
     main = next((p for p in window.processes if p.pid == steps.pid), None)
-    got = _busy_span(main.records.kernels["start_ns"], main.records.kernels["end_ns"]) if main else None
-    busy = None if got is None else got[1]
-    if not steps.stats.found or steps.stats.steps <= 0:
+    busy = gpu_busy(main.records.kernels["start_ns"], main.records.kernels["end_ns"]) if main else None
+    span = steady_span(steps.stats)
+    if span is None:
         return None, busy
-    window_ns = window.end_real_ns - window.start_real_ns
-    if got is not None and got[0] < QUEUED_SPAN_SHARE * window_ns and got[1] >= QUEUED_BUSY:
-        return got[0] / 1e6 / steps.stats.steps, busy
-    return (window_ns / 1e6 / steps.stats.steps if window_ns > 0 else None), busy
+    return (span[1] - span[0]) / 1e6 / steps.stats.span_steps, busy
 
 
 def time_per_step_ms(window: WindowResult, steps: JobSteps | None) -> float | None:

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitmd.experiments.decide import Decision, Interval, clearly_slower, decide
+from gitmd.experiments.decide import Decision, Interval, clearly_slower, decide, speedup_interval
 from gitmd.experiments.equivalence import Contract, Outputs, Verdict, evaluate
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -342,6 +342,20 @@ def decide_trial(
     if early_speedup <= 0:
         return None
     ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]
+    if len(ratios) >= 2:
+        # two pairs, one of each order, have a paired t interval of their own (1 degree of freedom:
+        # t's 97.5% point is 12.7, so it takes pairs that agree): a workload whose plain runs were
+        # all observed (their clock is not the trial's) needs no third A arm for its spread first
+        iv = speedup_interval(a_s, b_s, paired=True)
+        if min(ratios) >= early_speedup and iv.low >= 1 + min_gain and iv.speedup <= t.bound:
+            return Decision(
+                True,
+                f"{iv.speedup:.3f}x faster by the runs' clock, 95% interval {iv.low:.3f}-{iv.high:.3f} "
+                f"(paired t over {len(ratios)} pairs); every pair at least {min(ratios):.2f}x, beyond "
+                f"{early_speedup:.2f}x and within the {t.bound:.2f}x its cause allows: decided after "
+                f"{len(ratios)} of {rounds} pairs",
+                iv,
+            )
     noise = run_noise(list(earlier_plain_s or []) + a_s)
     if noise is None:
         return None  # the workload's run-to-run spread is not measured yet: no early stop

@@ -157,3 +157,24 @@ def test_a_causes_ceiling_bounds_what_its_lever_can_give_not_its_estimated_cost(
     assert 1 / (1 - gemm.ceiling) > 4.9
     assert by["launch_bound"].ceiling == by["launch_bound"].share
     assert all(c.share <= c.ceiling <= 1.0 for c in rep.causes)
+
+
+def test_an_fp32_mlps_windows_all_name_its_gemms_and_no_launch_gaps() -> None:
+    """Four real H200 windows of one fp32 MLP (two runs; tests/fixtures/h200-2026-12-04): 79% fp32
+    GEMMs by their kernels, steps back to back. Three of them hold a stray record (3.1 s before the
+    window opened, 0.2 s before, or 42 ms before the next record); counted as the window's, it made
+    launch_bound 94% and 18% and, alternating with fp32_gemm, kept any cause from showing in two
+    windows in a row (run 1 planned no trial; run 2 tried a CPU placement on the false cause). Over
+    each window's recorded run of steps every window says the same: fp32_gemm, nothing else."""
+    fixtures = ROOT / "tests" / "fixtures" / "h200-2026-12-04"
+    windows = [
+        capture_file.loads(fixtures / f"mlp-fp32.{n}.npz")
+        for n in ("run1.w4", "run1.w5", "run2.w17", "run2.w18")
+    ]
+    for i, w in enumerate(windows):
+        rep = window_report(w, history=history_of(windows[:i]) if i else None, tester=None)
+        above = [(c.name, round(c.share, 3)) for c in rep.causes if c.above_threshold]
+        assert [n for n, _ in above] == ["fp32_gemm"], (w.window_id, above)
+        assert 0.75 < above[0][1] < 0.9
+        (p,) = rep.processes
+        assert p.breakdown.launch_gap_ns < 0.01 * p.breakdown.window_ns

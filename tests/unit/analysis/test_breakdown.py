@@ -182,3 +182,20 @@ def test_collectives_exposed_and_overlapped() -> None:
     alone = dataclasses.replace(d, names={1: names[1], 2: "void at::native::vectorized_elementwise_kernel"})
     b1 = breakdown(alone, window=(0, 1000 * us))
     assert b1.communication_ns == 0 and b1.collectives == 0 and b1.kernels_ns == 600 * us
+
+
+def test_a_record_from_before_the_window_opened_is_not_its_own() -> None:
+    """A real H200 window (tests/fixtures/h200-2026-12-04, run1.w5) delivered one kernel that ran
+    3.1 s before the window's open marker; with no step to bound it, the breakdown covers the window
+    from its opening on, not from that kernel (3.67 s, 94% of it a "launch gap")."""
+    from gitmd.analysis.breakdown import opened_at
+
+    w = capture_file.loads(
+        Path(__file__).resolve().parents[2] / "fixtures" / "h200-2026-12-04" / "mlp-fp32.run1.w5.npz"
+    )
+    r = w.processes[0].records.timed()
+    opened = opened_at(r)
+    assert opened is not None and int(r.kernels["start_ns"].min()) < opened - 3_000_000_000
+    b = breakdown(r)
+    assert b.window_ns < 600_000_000 and b.launch_gap_ns < 0.05 * b.window_ns
+    assert b.kernels_ns <= b.window_ns  # the stale kernel ran outside it

@@ -52,6 +52,29 @@ def test_an_early_stop_needs_a_measured_spread_and_a_gain_far_beyond_it() -> Non
     assert decide_trial(trial(run("A", 40.0)), CONTRACT, 3, 0.03, 1.5) is None  # no pair yet
 
 
+def test_two_pairs_that_agree_on_a_large_gain_decide_early_by_their_own_t_interval() -> None:
+    """TF32 on the H200 (2026-12-04): arms A 22.48 and 22.09 s, B 10.21 and 10.50 s, every plain run
+    before the trial observed (on the shim's clock, not the trial's): the two pairs' paired t interval
+    (1 degree of freedom) decides, not a third A arm for the spread."""
+    runs = [run("A", 22.48), run("B", 10.21, 1.00001), run("B", 10.50, 1.00001), run("A", 22.09)]
+    d = decide_trial(trial(*runs), CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and d.promote and d.interval is not None and d.interval.pairs == 2
+    assert 1.5 < d.interval.low < 2.147 < d.interval.high and "paired t over 2 pairs" in d.reason
+    # pairs that disagree (2.2x, then 1.6x): the interval reaches far below, more pairs are needed
+    apart = [run("A", 22.0), run("B", 10.0), run("B", 13.75), run("A", 22.0)]
+    assert decide_trial(trial(*apart), CONTRACT, 3, 0.03, 1.5) is None
+    # one pair under the early bound: no early stop whatever the interval
+    small = [run("A", 22.0), run("B", 16.0), run("B", 16.1), run("A", 22.1)]
+    assert decide_trial(trial(*small), CONTRACT, 3, 0.03, 1.5) is None
+    # beyond what the cause allows (17% share: 1.2x at most): never early
+    assert (
+        decide_trial(trial(*runs, lever="cuda_device_max_connections", share=0.17), CONTRACT, 3, 0.03, 1.5)
+        is None
+    )
+    # early stops off
+    assert decide_trial(trial(*runs), CONTRACT, 3, 0.03, 0.0) is None
+
+
 def test_a_gain_above_what_its_cause_allows_is_never_promoted() -> None:
     """The false promotion seen on the H200 (2026-12-03): launch_bound cost 17% of the run, so removing
     it gives at most 1.2x; a 3x measured is a measurement error."""
