@@ -29,6 +29,17 @@ PAIR_RUNS = 2
 MAX_SHARE = 0.99  # a cause said to take the whole run predicts at most 100x (never 0: it goes first)
 
 
+def reach(report: WindowReport, lever: str) -> float:
+    """The most of the job's time a lever can give back: the ceilings of every cause above
+    threshold that it addresses, together (their costs are disjoint: causes.rank). What bounds a
+    plausible gain (live.beyond_cause, runs.LaunchTrial.bound). One cause's alone was too tight: a
+    CPU placement on a contended launch-bound job removes its run-queue waits and the launch gaps
+    they stretched (H200 2026-12-04: host_contention 66% bounded it at 2.96x; 0.146 and 0.230 ms
+    steps against 0.044 with it, a 4.2x the job's own windows showed, 95% 3.35-5.31)."""
+    got = sum(c.ceiling for c in report.causes if c.above_threshold and lever in c.levers)
+    return min(got, MAX_SHARE)
+
+
 def likelihood(record: tuple[int, int] | None) -> float:
     """How likely a lever's trial is to be kept, from its record on this host (promoted, decided):
     Laplace's rule, 0.5 for a lever never decided here."""
@@ -116,7 +127,7 @@ class Choose:
                     return ""
                 log.info("job %s: %s costs %.0f%% of its time; trying %s",
                          job_id, top.name, 100 * top.share, lever.describe())  # fmt: skip
-                self.trials.start_live(job_id, lever, top.name, top.ceiling)
+                self.trials.start_live(job_id, lever, top.name, reach(report, name))
             return ""
         return f"{top.name}: " + ("; ".join(skipped) or "no live lever addresses it")
 
@@ -227,7 +238,7 @@ class Choose:
                     best = (expected, predicted, cause, lever)
         if best is not None:
             expected, predicted, cause, lever = best
-            t = d.launch_trials.plan(job.workload_id, lever, cause.name, cause.ceiling, predicted)
+            t = d.launch_trials.plan(job.workload_id, lever, cause.name, reach(report, lever.name), predicted)
             if t is None:
                 return f"{lever.name}: not planned"
             log.info(

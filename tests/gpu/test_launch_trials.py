@@ -1,9 +1,9 @@
 """Launch levers across runs of a recurring job on the H200, gitmd unattended: the same fp32
 training command launched again and again with `gitmctl run` (its contract: the loss on stdout
 within 1%). gitmd's attribution of the first run finds fp32 GEMMs and plans a TF32 launch trial;
-the next launches get arms A/B in their plans and no capture window, each run measured by its own
-clock (CUDA initialisation to exit); TF32's gain is far beyond the runs' measured spread, so the trial
-is promoted early or after its rounds, and a later launch gets TF32 at launch, no trial."""
+the next launches get arms A/B in their plans and go without the shim, each run timed by its launcher
+(exec to exit: wall_s); TF32's gain is far beyond the runs' spread, so the trial is promoted early
+(two pairs that agree) or after its rounds, and a later launch gets TF32 at launch, no trial."""
 
 from __future__ import annotations
 
@@ -63,10 +63,13 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
         (p,) = w["policies"]
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["status"] == "validated"
         evidence = json.loads(p["evidence_json"])
-        assert evidence["source"] == "runs" and evidence["metric"].startswith("run_s") and p["ci_low"] >= 1.03
+        assert (
+            evidence["source"] == "runs" and evidence["metric"].startswith("wall_s") and p["ci_low"] >= 1.03
+        )
         assert p["speedup"] <= evidence["predicted_max"], evidence  # no more than its cause allows
-        # the first run, two pairs (an early stop: the first run and two A arms measure the spread,
-        # runs.NOISE_RUNS) or three, then the policy at launch
+        # the first run, two pairs (an early stop: their paired t interval clears, or no plain run
+        # is on the trial's clock and the A arms' start-up spread keeps it open) or three, then the
+        # policy at launch
         assert len(runs) in (6, 8) and "launching with its validated policy" in notes[-1], notes
         assert "launch trial" not in notes[-1], notes[-1]
     finally:

@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from gitmd.analysis.causes import LEVERS, Cause
 from gitmd.experiments.equivalence import Check, Contract
 from gitmd.jobs.registry import Job, Registration
@@ -491,3 +493,29 @@ def test_a_lever_whose_last_two_tries_ended_with_no_pair_is_not_tried_again(tmp_
         assert svc.experiments.stalled("w1", "sched_priority") is stalls, lasted_s
     _, why = run()
     assert why == "" and len(tried) == 3, why
+
+
+def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
+    """Real H200 windows of tests/gpu's contended job (a launch-bound loop sharing its cores with a
+    CPU hog, 2026-12-04, tests/fixtures/h200-2026-12-04): the planning window's host_contention
+    alone (66%) bounded a CPU placement at 2.96x, but the job's own baseline and pinned windows
+    measured 4.2x (0.146 and 0.230 ms steps against 0.044): the placement also removes the launch
+    gaps the lost time slices stretched. Its reach is both causes together; sched_priority's too,
+    stream priority's neither."""
+    from pathlib import Path
+
+    from gitmd.analysis.report import window_report
+    from gitmd.analysis.steps import job_steps, time_per_step_ms
+    from gitmd.capture import capture_file
+    from gitmd.loop.choose import reach
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "h200-2026-12-04"
+    plan = window_report(capture_file.loads(fixtures / "contended.w3.npz"), tester=None)
+    above = {c.name: c.ceiling for c in plan.causes if c.above_threshold}
+    assert set(above) == {"host_contention", "launch_bound"}
+    got = reach(plan, "cpu_affinity")
+    assert got == pytest.approx(above["host_contention"] + above["launch_bound"])
+    a = capture_file.loads(fixtures / "contended.w7.npz")
+    a_step = time_per_step_ms(a, job_steps(a))
+    assert a_step is not None and 1 / (1 - above["host_contention"]) < a_step / 0.044 < 1 / (1 - got)
+    assert reach(plan, "sched_priority") == got and reach(plan, "stream_priority") == 0.0

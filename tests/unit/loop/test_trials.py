@@ -308,13 +308,13 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     t = svc.trials.plan(wid, make("tf32_override"), "fp32_gemm", 0.9)
     assert t is not None
     seen = []
-    for i in range(6):
-        arm_b = i in (1, 2, 5)  # the order the trial hands out: A B, B A, A B
+    for i in range(4):  # two pairs that agree on 5x decide it (runs.decide_trial's early stop)
+        arm_b = i in (1, 2)  # the order the trial hands out: A B, B A
         arm, env, capture = run(2.0 if arm_b else 10.0 + 0.1 * i, 1.0)
         seen.append(arm)
         assert not capture and not set(SHIM_ENV) & set(env)  # no shim, no CUPTI, in either arm
         assert (env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1") == (arm == "B")
-    assert seen == ["A", "B", "B", "A", "A", "B"]
+    assert seen == ["A", "B", "B", "A"]
     (done,) = svc.trials.of_workload(wid)
     assert {r["clock"] for r in done.runs} == {"wall_s"}
     assert done.state == "promoted" and done.decision["low"] > 4, done.decision
@@ -326,7 +326,7 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     import json as _json
 
     costs = [_json.loads(svc.jobs.get(r["job_id"]).cost or "{}") for r in done.runs]
-    assert [c.get("arm") for c in costs] == ["A", "B", "B", "A", "A", "B"]
+    assert [c.get("arm") for c in costs] == ["A", "B", "B", "A"]
     assert all(c["trial_arm_s"] == 0.0 for c in costs)  # B was faster than the plain runs
     assert 2.0 not in svc.jobs.plain_runs_s(
         svc.jobs.get(done.runs[0]["job_id"]).launch_key, set(), clock="wall_s"
