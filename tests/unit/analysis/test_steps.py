@@ -167,3 +167,17 @@ def test_a_windows_stray_record_is_not_one_of_its_steps(name: str) -> None:
     assert span is not None and span[0] > int(k["start_ns"].min())  # the stray kernel is left out
     over_window = (w.end_real_ns - w.start_real_ns) / 1e6 / steps.stats.steps
     assert over_window > 2.5 * got
+
+
+def test_a_window_across_two_phases_finds_the_step_at_its_next_most_common_count() -> None:
+    """A real H200 window of timm's train.py (AMP ResNet on an image folder, corpus program
+    timm-train-imagefolder-amp, 2026-12-04, tests/fixtures/h200-2026-12-04): 6912 kernels of 130
+    names over 2 s, most names 4 times (the phase around the epoch's end), while the training step
+    repeats every 447 kernels. The most common count gave no repeating anchor ("self-match 0.01 at 2
+    kernels"); the next counts are tried and the step is found."""
+    from gitmd.analysis.steps import job_steps
+
+    w = capture_file.loads(H200_MLP / "timm-imagefolder-amp.train-and-eval.npz")
+    steps = job_steps(w)
+    assert steps is not None and steps.stats.found, steps.stats.reason if steps else None
+    assert steps.stats.period_kernels == 447 and steps.stats.self_match >= 0.6 and steps.stats.steps >= 5
