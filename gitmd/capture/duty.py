@@ -48,6 +48,23 @@ def window_records(period_s: float, budget: float, launch_cost_us: float) -> int
     return max(MIN_WINDOW_RECORDS, int(budget * period_s / (launch_cost_us * 1e-6)))
 
 
+# A window of a job whose step is known needs this many of its steps (detection needs 3, a cause's
+# share and the fingerprint settle well before 40), not its full length: CUPTI slows every launch in
+# a window, and on a launch-bound benchmark the window's part of the run is what its own clock
+# measures (timm's mobilenetv3 inference at batch 1, 5-ms steps of ~150 kernels: three windows,
+# 5.3 s, made its first run's mean step 32% slower than the plain run beside it, H200 2026-12-04).
+WINDOW_STEPS = 40
+
+
+def step_records(period_kernels: int, records: int, kernels: int) -> int | None:
+    """The records a window of a job whose step is known needs (windows.CAP_MIN_S still holds): its
+    WINDOW_STEPS steps of ``period_kernels`` kernels, at the ``records`` per ``kernels`` its last
+    window wrote (copies, syncs and allocations ride along). None: step unknown."""
+    if period_kernels <= 0 or kernels <= 0:
+        return None
+    return int(WINDOW_STEPS * period_kernels * max(1.0, records / kernels)) + 1
+
+
 def slowdown_in_window(kernels: int, window_s: float, launch_cost_us: float) -> float:
     """Upper bound of the fraction of time a window costs the job (launch-bound assumption)."""
     if window_s <= 0:

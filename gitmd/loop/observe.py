@@ -314,6 +314,9 @@ class Observe:
             duration = c.first_window_s  # its launch rate is unknown yet: see duty.py
         period_now = max(jc.period_s if jc is not None else 0.0, c.window_every_s)
         cap = duty.window_records(period_now, c.overhead_budget, c.launch_cost_us)
+        need = self.step_records(job_id)
+        if need is not None:
+            cap = need if cap is None else min(cap, need)
         try:
             w = d.capture.capture(job_id, duration, max_records=cap)
         except KeyError:
@@ -323,6 +326,22 @@ class Observe:
             return None
         self.after_window(w)
         return w, probe
+
+    def step_records(self, job_id: str) -> int | None:
+        """What the job's next window needs once a window has found its step: WINDOW_STEPS of its
+        steps (duty.step_records), at the records all its processes wrote in its latest window per
+        kernel of the stepping one. None: no step known."""
+        st = self.d.states.get(job_id)
+        if st is None or st.steps is None or not st.steps.stats.found or st.newest is None:
+            return None
+        main = next((p for p in st.newest.processes if p.pid == st.steps.pid), None)
+        if main is None:
+            return None
+        records = sum(
+            len(r.kernels) + len(r.memcpys) + len(r.memsets) + len(r.syncs) + len(r.memory)
+            for r in (p.records for p in st.newest.processes)
+        )
+        return duty.step_records(st.steps.stats.period_kernels, records, len(main.records.kernels))
 
     def schedule_next(self, job_id: str, w: WindowResult) -> None:
         """When the job's next window is due: a tick later while it settles or is observed, else

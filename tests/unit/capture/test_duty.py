@@ -1,5 +1,6 @@
 import pytest
 
+from gitmd.capture import duty
 from gitmd.capture.duty import MAX_PERIOD_S, next_period, slowdown_in_window
 
 
@@ -50,3 +51,11 @@ def test_the_settle_default_is_the_shims_detach_age() -> None:
     rule = (Path(__file__).resolve().parents[3] / "shim" / "src" / "detach_rule.h").read_text()
     min_ms = int(re.search(r"#define GITM_DETACH_MIN_AGE_MS (\d+)", rule).group(1))  # type: ignore[union-attr]
     assert min_ms / 1000 == CaptureConfig().settle_s
+
+
+def test_a_window_of_a_known_step_needs_only_its_steps() -> None:
+    """Once the step is known, a window needs WINDOW_STEPS steps' records, copies and syncs
+    included, not its full length; unknown step, no such cap."""
+    assert duty.step_records(150, 16_500, 15_000) == int(duty.WINDOW_STEPS * 150 * 1.1) + 1
+    assert duty.step_records(150, 10_000, 15_000) == duty.WINDOW_STEPS * 150 + 1  # never below its kernels
+    assert duty.step_records(0, 100, 100) is None and duty.step_records(10, 100, 0) is None

@@ -337,7 +337,8 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
 ) -> None:
     """Real H200 windows stand for what the job does: the first duty window lasts first_window_s, and
     the full one follows at once — a job launching few kernels (bf16 GEMMs, ~110/s) and a launch-bound
-    one (~70k launches/s) alike, each window capped at what the budget allows over a period."""
+    one (~70k launches/s) alike, the first window capped at what the budget allows over a period, the
+    next, once the first has found the step, at what duty.WINDOW_STEPS steps need."""
     svc = make_service(tmp_path)
     set_config(svc, dataclasses.replace(svc.config, experiments=ExperimentsConfig(enabled=False)))
     view, plan = svc.register_job(Registration("job", ("prog",), "/", os.getuid(), os.getgid()))
@@ -364,13 +365,30 @@ def test_a_jobs_first_duty_window_is_short_then_full_when_the_budget_allows(
         assert submitted == [view.job.id] and jc.period_s == duty.TICK_S
         svc.loop.run_window(view.job.id)  # the full window, from the pool
         assert asked == [c.first_window_s, c.window_duration_s] and submitted == [view.job.id]
-        # capped at what the budget allows over the period: 0.01 x 30 s / 6 us = 50k launches
-        assert caps == [50_000, 50_000]
+        # capped at what the budget allows over the period: 0.01 x 30 s / 6 us = 50k launches, then
+        # at WINDOW_STEPS steps of the step the first window found
+        assert caps == [50_000, step_cap(seen)]
     else:  # its observation comes a tick apart all the same (CUPTI stays attached in between), each
         # window capped by the budget: 50k launches, ~0.7 s of this job's ~70k/s
         assert submitted == [view.job.id] and jc.period_s == duty.TICK_S
         svc.loop.run_window(view.job.id)
-        assert asked == [c.first_window_s, c.window_duration_s] and caps == [50_000, 50_000]
+        assert asked == [c.first_window_s, c.window_duration_s] and caps == [50_000, step_cap(seen)]
+
+
+def step_cap(w: Any) -> int:
+    """What duty.WINDOW_STEPS steps of the job in window ``w`` need (Observe.step_records)."""
+    from gitmd.analysis.steps import job_steps
+
+    steps = job_steps(w)
+    assert steps is not None and steps.stats.found
+    main = next(p for p in w.processes if p.pid == steps.pid)
+    records = sum(
+        len(p.records.kernels) + len(p.records.memcpys) + len(p.records.memsets) + len(p.records.syncs)
+        + len(p.records.memory) for p in w.processes
+    )  # fmt: skip
+    cap = duty.step_records(steps.stats.period_kernels, records, len(main.records.kernels))
+    assert cap is not None and duty.WINDOW_STEPS * steps.stats.period_kernels < cap < 50_000
+    return cap
 
 
 def test_a_process_is_observed_in_one_stretch_then_its_cupti_detached_once(
