@@ -71,6 +71,30 @@ class Decoded:
             self, kernels=ok(self.kernels), memcpys=ok(self.memcpys), memsets=ok(self.memsets)
         )
 
+    def within(self, lo: int, hi: int) -> Decoded:
+        """The kernels, copies, memsets and syncs that ran during [lo, hi) (CUPTI clock), and the
+        allocations made in it: what a window's analysis counts (its recorded run of steps,
+        gitmd.analysis.steps.steady_span). Timed records only."""
+
+        def during(a: np.ndarray) -> np.ndarray:
+            if not len(a):
+                return a
+            keep = (a["end_ns"].astype(np.int64) > lo) & (a["start_ns"].astype(np.int64) < hi)
+            return a if bool(keep.all()) else a[keep]
+
+        m = self.memory
+        if len(m):
+            t = m["start_ns"].astype(np.int64)
+            m = m[(t >= lo) & (t < hi)]
+        return dataclasses.replace(
+            self,
+            kernels=during(self.kernels),
+            memcpys=during(self.memcpys),
+            memsets=during(self.memsets),
+            syncs=during(self.syncs),
+            memory=m,
+        )
+
 
 # -- what else happened while a window was open (sampled by gitmd.capture.context) ----------------
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gitmd.analysis import causality, context_stats
-from gitmd.analysis.breakdown import Breakdown, breakdown
+from gitmd.analysis.breakdown import Breakdown, breakdown, opened_at
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.causes import Cause, rank
 from gitmd.analysis.context_stats import GpuStats, HostStats
@@ -100,19 +100,21 @@ def window_report(
         w, processes=[dataclasses.replace(p, records=p.records.timed()) for p in w.processes]
     )
     procs = []
+    counted: dict[int, Decoded] = {}  # each process's records over what its breakdown covers
     for p in w.processes:
         r = p.records
         if not (len(r.kernels) or len(r.memcpys)):
             continue
-        st, b = analysed(r)
+        st, b, counted[p.pid] = analysed(r)
         procs.append(ProcessReport(p.pid, b, st, top_kernels(r, top)))
     main = busiest(w)
     if main is None:
         return WindowReport(w.job_id, w.window_id, procs, list(w.notes))
     notes = list(w.notes)
+    records = counted.get(main.pid, main.records)
     past = history is not None and history.windows > 0
-    model = history.model() if history is not None and past else KernelModel.fit([main.records])
-    residuals, slow = model.residuals(main.records)
+    model = history.model() if history is not None and past else KernelModel.fit([records])
+    residuals, slow = model.residuals(records)
     resid = summary_of(residuals, slow, from_history=past)
     hist_idle = history.idle_share() if history is not None and past else None
     host = context_stats.host_stats(w.context)
@@ -126,7 +128,7 @@ def window_report(
         if len(edges) - 1 >= causality.MIN_BINS:
             try:
                 tests = tester(
-                    causality.targets(main.records, offset, residuals, edges),
+                    causality.targets(records, offset, residuals, edges),
                     context_stats.series(ctx, edges),
                 )
             except Exception as e:  # the tests are evidence; their failure must not cost the report
@@ -137,7 +139,7 @@ def window_report(
                 f"fewer than {causality.MIN_BINS}"
             )
     b = next(p.breakdown for p in procs if p.pid == main.pid)
-    causes = rank(b, main.records, host, gpu, resid, hist_idle, tests)
+    causes = rank(b, records, host, gpu, resid, hist_idle, tests)
     return WindowReport(
         w.job_id,
         w.window_id,
@@ -153,11 +155,19 @@ def window_report(
     )
 
 
-def analysed(r: Decoded) -> tuple[StepStats, Breakdown]:
-    """A process's steps in a window (timed records) and its breakdown over its recorded run of
-    steps (steps.steady_span; the whole window from its opening when no step is found)."""
+def analysed(r: Decoded) -> tuple[StepStats, Breakdown, Decoded]:
+    """A process's steps in a window (timed records), its breakdown, and the records both cover:
+    its recorded run of steps (steps.steady_span), or with no step found the window from its open
+    marker on. Every total a cause is made of (fp32 GEMM time, pageable copies, stream waits,
+    kernel residuals) is taken over the same records as the time it is a share of."""
     st = detect(r.kernels["name_id"], r.kernels["start_ns"])
-    return st, breakdown(r, steady_span(st))
+    span = steady_span(st)
+    if span is not None:
+        inside = r.within(*span)
+        return st, breakdown(inside, span), inside
+    opened = opened_at(r)
+    inside = r.within(opened, np.iinfo(np.int64).max) if opened is not None else r
+    return st, breakdown(inside), inside
 
 
 def add_to_history(history: History, w: WindowResult) -> None:
@@ -165,7 +175,8 @@ def add_to_history(history: History, w: WindowResult) -> None:
     main = busiest(w)
     if main is not None:
         r = main.records.timed()
-        history.add(r, idle_share(analysed(r)[1]))
+        _, b, inside = analysed(r)
+        history.add(inside, idle_share(b))
 
 
 def history_of(windows: list[WindowResult]) -> History:

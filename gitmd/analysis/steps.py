@@ -23,6 +23,7 @@ MIN_SELF_MATCH = 0.6  # share of kernels that equal the kernel one period later
 MAX_ANCHOR_CANDIDATES = 16
 MAX_MULTIPLE = 4
 MAX_COUNT_CANDIDATES = 6  # step counts tried, the most common first
+EDGE_STEPS = 3.0  # a window's first or last step longer than this many median steps is not counted
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,16 @@ def _at_count(
     ok = np.abs(gaps - period) <= max(1.0, 0.1 * period)
     regular = float(np.mean(ok))
     times = np.diff(starts[where]).astype(np.float64)
-    # the recorded run of steps: its first and last regular step (none regular: no span)
+    # the recorded run of steps: its first and last regular step (none regular: no span), the edge
+    # ones also no longer than EDGE_STEPS median steps (a stray anchor record followed by about a
+    # period of kernels after CUPTI's silent start would count a recording gap as a step)
     first, last = (int(np.argmax(ok)), len(ok) - 1 - int(np.argmax(ok[::-1]))) if ok.any() else (0, -1)
+    if last >= first:
+        longest = EDGE_STEPS * float(np.median(times[ok]))
+        while first <= last and (not ok[first] or times[first] > longest):
+            first += 1
+        while last >= first and (not ok[last] or times[last] > longest):
+            last -= 1
     return StepStats(
         found=True,
         reason="",
@@ -221,8 +230,11 @@ def step_timing(window: WindowResult, steps: JobSteps | None) -> tuple[float | N
     if steps is None:
         return None, None
     main = next((p for p in window.processes if p.pid == steps.pid), None)
-    busy = gpu_busy(main.records.kernels["start_ns"], main.records.kernels["end_ns"]) if main else None
     span = steady_span(steps.stats)
+    k = main.records.timed().kernels if main is not None else None
+    if k is not None and span is not None:
+        k = k[(k["end_ns"].astype(np.int64) > span[0]) & (k["start_ns"].astype(np.int64) < span[1])]
+    busy = gpu_busy(k["start_ns"], k["end_ns"]) if k is not None else None  # over the same steps
     if span is None:
         return None, busy
     return (span[1] - span[0]) / 1e6 / steps.stats.span_steps, busy

@@ -70,12 +70,15 @@ def implausible(lever: Lever, d: Decision, baseline_busy: list[float]) -> Decisi
 
 def beyond_cause(d: Decision, cause: str, share: float | None) -> Decision | None:
     """The decision overturned when the promoted speedup exceeds what removing its cause could give:
-    the cause takes at most ``share`` of the job's time (its Cause.ceiling), so at most
+    the causes it addresses take at most ``share`` of the job's time (choose.reach), so at most
     1 / (1 - share). A gain above that is a measurement error, not a win (a launch trial stored 3.0x
     on a cause costing 17%, H200 2026-12-03)."""
     if share is None or not 0 < share < 1:
         return None
-    why = f"{cause} takes at most {share:.0%} of the job's time: removing all of it gives"
+    why = (
+        f"{cause} and the other causes its lever addresses take at most {share:.0%} of the job's time: "
+        "removing all of it gives"
+    )
     return _above(d, 1.0 / (1.0 - share), why, "implausible, a measurement error, not promoted")
 
 

@@ -331,7 +331,8 @@ def decide_trial(
             return Decision(
                 False,
                 f"implausible: {d.interval.speedup:.3f}x (95% {d.interval.low:.3f}-{d.interval.high:.3f}) "
-                f"is more than removing all of {t.cause} (at most {100 * t.cause_share:.0f}% of the run) "
+                f"is more than removing all of {t.cause} and the causes its lever addresses with it (at most "
+                f"{100 * t.cause_share:.0f}% of the run) "
                 f"allows ({t.bound:.2f}x): a measurement error, not a win",
                 d.interval,
             )

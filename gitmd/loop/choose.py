@@ -7,7 +7,7 @@ import logging
 import time
 
 from gitmd.analysis.causes import Cause
-from gitmd.analysis.report import WindowReport
+from gitmd.analysis.report import WindowReport, idle_share
 from gitmd.errors import GitmdError
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Risk
@@ -31,12 +31,18 @@ MAX_SHARE = 0.99  # a cause said to take the whole run predicts at most 100x (ne
 
 def reach(report: WindowReport, lever: str) -> float:
     """The most of the job's time a lever can give back: the ceilings of every cause above
-    threshold that it addresses, together (their costs are disjoint: causes.rank). What bounds a
-    plausible gain (live.beyond_cause, runs.LaunchTrial.bound). One cause's alone was too tight: a
-    CPU placement on a contended launch-bound job removes its run-queue waits and the launch gaps
-    they stretched (H200 2026-12-04: host_contention 66% bounded it at 2.96x; 0.146 and 0.230 ms
-    steps against 0.044 with it, a 4.2x the job's own windows showed, 95% 3.35-5.31)."""
+    threshold that it addresses, together — for a lever that changes only the host's threads, no
+    more than the window's GPU-idle share (host contention is taken out of the same idle time as
+    sync stalls and launch gaps: causes.rank). What bounds a plausible gain (live.beyond_cause,
+    runs.LaunchTrial.bound). One cause's ceiling alone was too tight: a CPU placement on a contended
+    launch-bound job removes its run-queue waits and the launch gaps they stretched (H200 2026-12-04:
+    host_contention 66% bounded it at 2.96x; 0.146 and 0.230 ms steps against 0.044 with it, a 4.2x
+    the job's own windows showed, 95% 3.35-5.31)."""
     got = sum(c.ceiling for c in report.causes if c.above_threshold and lever in c.levers)
+    if make_lever(lever).host_only:
+        main = next((p for p in report.processes if p.pid == report.cause_pid), None)
+        if main is not None:
+            got = min(got, idle_share(main.breakdown))
     return min(got, MAX_SHARE)
 
 

@@ -181,3 +181,22 @@ def test_a_window_across_two_phases_finds_the_step_at_its_next_most_common_count
     steps = job_steps(w)
     assert steps is not None and steps.stats.found, steps.stats.reason if steps else None
     assert steps.stats.period_kernels == 447 and steps.stats.self_match >= 0.6 and steps.stats.steps >= 5
+
+
+def test_a_stray_anchor_a_period_before_the_steps_is_not_a_step() -> None:
+    """A lone anchor record from before CUPTI's silent start, followed by about one period of kernels
+    (the rest of its step was not recorded), has a regular kernel count and a recording gap for a
+    time: the window's first and last steps count only when no longer than EDGE_STEPS median steps."""
+    from gitmd.analysis.steps import EDGE_STEPS, steady_span
+
+    period, steps = 5, 20
+    names = np.tile(np.arange(period), steps)
+    starts = np.arange(period * steps, dtype=np.int64) * 1_000_000  # 1 ms a kernel, 5 ms a step
+    # the stray: one anchor 1 s before, then the last four kernels of its step
+    stray_names = np.array([0, 1, 2, 3, 4])
+    stray_starts = np.array([-1_000_000_000, -4_000_000, -3_000_000, -2_000_000, -1_000_000]) - 1_000_000
+    st = detect(np.concatenate([stray_names, names]), np.concatenate([stray_starts, starts]))
+    assert st.found and st.period_kernels == period
+    span = steady_span(st)
+    assert span is not None and span[0] >= -5_000_000  # the 1-s "step" is not in the span
+    assert (span[1] - span[0]) / st.span_steps < EDGE_STEPS * 5_000_000

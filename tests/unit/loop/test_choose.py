@@ -21,7 +21,9 @@ from tests.unit.loop.helpers import make_service, recurring, replace_reg, servic
 
 def shows(svc: Service, n: int, causes: list[Cause]) -> None:
     """The job's attribution (whichever job is asked) is window ``n`` with ``causes``."""
-    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(window_id=n, causes=causes)  # type: ignore[method-assign,assignment,return-value]
+    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(
+        window_id=n, causes=causes, processes=[], cause_pid=0
+    )  # type: ignore[method-assign,assignment,return-value]
 
 
 def test_a_launch_trial_is_planned_only_for_a_cause_seen_in_two_windows_in_a_row(tmp_path: Path) -> None:
@@ -104,7 +106,7 @@ def test_a_launch_with_its_validated_policy_is_not_explored(tmp_path: Path) -> N
     def attribution(job: Job, window_id: int = 0) -> object:
         looked.append(job.id)
         cause = Cause("host_contention", 1e6, 0.5, 0.7, ("x",), LEVERS["host_contention"], True)
-        return SimpleNamespace(window_id=len(looked), causes=[cause])
+        return SimpleNamespace(window_id=len(looked), causes=[cause], processes=[], cause_pid=0)
 
     svc.loop.attribute.report = attribution  # type: ignore[method-assign,assignment]
     for job in (known.job.id, fresh.job.id):
@@ -143,7 +145,7 @@ def test_an_experiment_needs_its_cause_in_two_windows_in_a_row(tmp_path: Path) -
 
     def attribution(job: Job, window_id: int = 0) -> object:
         causes = [Cause(n, 1e6, 0.5, 0.7, ("x",), LEVERS[n], True) for n in shown[-1]]
-        return SimpleNamespace(window_id=len(shown), causes=causes)
+        return SimpleNamespace(window_id=len(shown), causes=causes, processes=[], cause_pid=0)
 
     tried: list[tuple[str, str]] = []
     svc.loop.attribute.report = attribution  # type: ignore[method-assign,assignment]
@@ -319,7 +321,7 @@ def test_why_nothing_was_tried_is_said(tmp_path: Path) -> None:
     st = svc.states.of(job_id)
     st.steady = True
     stall = Cause("sync_stall", 1e6, 0.3, 0.7, ("x",), ("sched_priority",), True)
-    report = SimpleNamespace(window_id=7, causes=[stall], notes=[])
+    report = SimpleNamespace(window_id=7, causes=[stall], notes=[], processes=[], cause_pid=0)
     svc.loop.attribute.report = lambda job, window_id=0: report  # type: ignore[method-assign,assignment,misc]
     why = choose.live(job_id)  # the first window that shows it: one window only
     assert "sync_stall above threshold in its latest window" in why and "two windows in a row" in why
@@ -519,3 +521,9 @@ def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
     a_step = time_per_step_ms(a, job_steps(a))
     assert a_step is not None and 1 / (1 - above["host_contention"]) < a_step / 0.044 < 1 / (1 - got)
     assert reach(plan, "sched_priority") == got and reach(plan, "stream_priority") == 0.0
+    # a host-only lever never reaches past the window's GPU-idle time (host contention is taken out
+    # of the same idle time as the sync stalls and launch gaps)
+    from gitmd.analysis.report import idle_share
+
+    (main,) = [p for p in plan.processes if p.pid == plan.cause_pid]
+    assert got <= idle_share(main.breakdown) + 1e-9
