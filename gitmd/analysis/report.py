@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gitmd.analysis import causality, context_stats
-from gitmd.analysis.breakdown import Breakdown, breakdown, opened_at
+from gitmd.analysis.breakdown import Breakdown, breakdown, merge_intervals, opened_at
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.causes import Cause, rank
 from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.model import History, KernelModel, Residuals, summary_of
-from gitmd.analysis.steps import StepStats, detect, steady_span
+from gitmd.analysis.steps import EDGE_STEPS, StepStats, detect, steady_span
 from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.records import Decoded, ProcessWindow, WindowResult
 
@@ -155,19 +155,51 @@ def window_report(
     )
 
 
+def contiguous(r: Decoded, span: tuple[int, int], max_gap_ns: float, step_kernels: int) -> tuple[int, int]:
+    """``span`` widened to the GPU work recorded next to it: through every kernel, copy or memset
+    that follows the one before with no silence longer than ``max_gap_ns``, and past such a silence
+    too when what lies beyond it is at least a step's worth of records (``step_kernels``): the work
+    a job does before or after its steps — a CUDA program's copies around its kernel loop — is its
+    own. Less than a step's worth beyond a longer silence is a stray record (steps.steady_span)."""
+    starts = np.concatenate([r.kernels["start_ns"], r.memcpys["start_ns"], r.memsets["start_ns"]]).astype(
+        np.int64
+    )
+    ends = np.concatenate([r.kernels["end_ns"], r.memcpys["end_ns"], r.memsets["end_ns"]]).astype(np.int64)
+    if not len(starts):
+        return span
+    s, e = merge_intervals(starts, ends)  # sorted, disjoint stretches of GPU work
+    lo, hi = span
+    k = min(int(np.searchsorted(e, lo, side="left")), len(s) - 1)  # the stretch holding lo
+    left = min(lo, int(s[k]))
+    while k > 0 and left - int(e[k - 1]) <= max_gap_ns:
+        k -= 1
+        left = int(s[k])
+    if k > 0 and int((starts < left).sum()) >= step_kernels:
+        left = int(s[0])
+    m = max(0, int(np.searchsorted(s, hi, side="right")) - 1)  # the stretch holding hi
+    right = max(hi, int(e[m]))
+    while m < len(s) - 1 and int(s[m + 1]) - right <= max_gap_ns:
+        m += 1
+        right = int(e[m])
+    if m < len(s) - 1 and int((starts > right).sum()) >= step_kernels:
+        right = int(e[-1])
+    return left, right
+
+
 def analysed(r: Decoded) -> tuple[StepStats, Breakdown, Decoded]:
     """A process's steps in a window (timed records), its breakdown, and the records both cover:
-    its recorded run of steps (steps.steady_span), or with no step found the window from its open
-    marker on. Every total a cause is made of (fp32 GEMM time, pageable copies, stream waits,
+    from the window's open marker on, its recorded run of steps (steps.steady_span) and the work
+    recorded next to it (contiguous), or with no step found the whole window from the marker on. Every total a cause is made of (fp32 GEMM time, pageable copies, stream waits,
     kernel residuals) is taken over the same records as the time it is a share of."""
     st = detect(r.kernels["name_id"], r.kernels["start_ns"])
     span = steady_span(st)
-    if span is not None:
-        inside = r.within(*span)
-        return st, breakdown(inside, span), inside
     opened = opened_at(r)
-    inside = r.within(opened, np.iinfo(np.int64).max) if opened is not None else r
-    return st, breakdown(inside), inside
+    after = r.within(opened, np.iinfo(np.int64).max) if opened is not None else r  # the window's own
+    if span is not None:
+        span = contiguous(after, span, EDGE_STEPS * st.median_ns, st.period_kernels)
+        inside = after.within(*span)
+        return st, breakdown(inside, span), inside
+    return st, breakdown(after), after
 
 
 def add_to_history(history: History, w: WindowResult) -> None:
