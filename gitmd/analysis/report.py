@@ -189,8 +189,9 @@ def contiguous(r: Decoded, span: tuple[int, int], max_gap_ns: float, step_kernel
 def analysed(r: Decoded) -> tuple[StepStats, Breakdown, Decoded]:
     """A process's steps in a window (timed records), its breakdown, and the records both cover:
     from the window's open marker on, its recorded run of steps (steps.steady_span) and the work
-    recorded next to it (contiguous), or with no step found the whole window from the marker on. Every total a cause is made of (fp32 GEMM time, pageable copies, stream waits,
-    kernel residuals) is taken over the same records as the time it is a share of."""
+    recorded next to it (contiguous), or with no step found the whole window from the marker on.
+    Every total a cause is made of (fp32 GEMM time, pageable copies, stream waits, kernel residuals)
+    is taken over the same records as the time it is a share of."""
     st = detect(r.kernels["name_id"], r.kernels["start_ns"])
     span = steady_span(st)
     opened = opened_at(r)
