@@ -218,10 +218,34 @@ def show(args: argparse.Namespace, a: Any, what: str) -> int:
     if not a.processes:
         print("no kernels or copies in the window")
     show_context(a)
+    show_ranks(a)
     show_causes(a, getattr(args, "tests", False))
     for note in a.notes:
         print(f"note: {note}")
     return 0
+
+
+def show_ranks(a: Any) -> None:
+    """A distributed job's ranks stepping together, and the one the others wait for."""
+    if not a.ranks:
+        return
+    print(f"\nranks stepping together ({len(a.ranks)}), ms a step:")
+    print("  PID       STEP   OWN    COMPUTE  COMM   COPIES  GAPS   SYNC")
+    for r in a.ranks:
+        print(
+            f"  {r.pid:<8} {r.step_ms:6.3f} {r.own_ms:6.3f} {r.compute_ms:7.3f}  {r.communication_ms:6.3f} "
+            f"{r.copies_ms:6.3f}  {r.launch_gap_ms:6.3f} {r.sync_ms:6.3f}"
+        )
+    if a.HasField("straggler"):
+        s = a.straggler
+        print(
+            f"straggler: pid {s.pid}, {s.lag_ms:.3f} ms a step ({100 * s.share:.0f}%) the others wait: "
+            f"{s.why}"
+        )
+        if s.collectives:
+            print(f"  it reached the collective last in {s.last_arrivals} of {s.collectives} steps")
+    else:
+        print("no straggler: the ranks' own time a step is within 5% of each other")
 
 
 def show_context(a: Any) -> None:

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gitmd.analysis import causality, context_stats
-from gitmd.analysis.breakdown import Breakdown, breakdown, merge_intervals, opened_at
+from gitmd.analysis.breakdown import Breakdown, breakdown, collectives, merge_intervals, opened_at
 from gitmd.analysis.causality import GrangerTest
 from gitmd.analysis.causes import Cause, rank
 from gitmd.analysis.context_stats import GpuStats, HostStats
 from gitmd.analysis.model import History, KernelModel, Residuals, summary_of
 from gitmd.analysis.steps import EDGE_STEPS, StepStats, detect, steady_span
+from gitmd.analysis.stragglers import RankStep, Straggler, last_arrivals, rank_steps, straggler
 from gitmd.analysis.timeline import cupti_to_real_offset
 from gitmd.records import Decoded, ProcessWindow, WindowResult
 
@@ -57,6 +58,9 @@ class WindowReport:
     gpu: GpuStats | None = None
     residuals: Residuals | None = None
     history_windows: int = 0
+    # a distributed job's ranks stepping together in the window, and the one the others wait for
+    ranks: list[RankStep] = field(default_factory=list)
+    straggler: Straggler | None = None
 
 
 def top_kernels(r: Decoded, n: int) -> list[KernelTime]:
@@ -140,6 +144,9 @@ def window_report(
             )
     b = next(p.breakdown for p in procs if p.pid == main.pid)
     causes = rank(b, records, host, gpu, resid, hist_idle, tests)
+    ranks = rank_steps(procs)
+    comm = {r.pid: counted[r.pid].kernels[collectives(counted[r.pid])] for r in ranks}
+    spans = {p: np.stack([k["start_ns"], k["end_ns"]], axis=1).astype(np.int64) for p, k in comm.items()}
     return WindowReport(
         w.job_id,
         w.window_id,
@@ -152,6 +159,8 @@ def window_report(
         gpu,
         resid,
         history.windows if history is not None else 0,
+        ranks,
+        straggler(ranks, last_arrivals(spans)),
     )
 
 

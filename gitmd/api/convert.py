@@ -296,6 +296,18 @@ def attribution_to_pb(rep: WindowReport) -> Any:
         history_windows=rep.history_windows,
         kernel_excess_ms=rep.residuals.excess_ns / 1e6 if rep.residuals is not None else 0.0,
     )
+    for r in rep.ranks:
+        msg.ranks.add(
+            pid=r.pid, step_ms=r.step_ms, compute_ms=r.compute_ms, communication_ms=r.communication_ms,
+            copies_ms=r.copies_ms, launch_gap_ms=r.launch_gap_ms, sync_ms=r.sync_ms, own_ms=r.own_ms,
+        )  # fmt: skip
+    if (s := rep.straggler) is not None:
+        msg.straggler.CopyFrom(
+            pb.Straggler(
+                pid=s.pid, lag_ms=s.lag_ms, share=s.share, why=s.why, last_arrivals=s.last_arrivals,
+                collectives=s.collectives,
+            )
+        )  # fmt: skip
     for c in rep.causes:
         msg.causes.add(
             name=c.name,
