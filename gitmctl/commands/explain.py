@@ -243,7 +243,7 @@ def show_ranks(a: Any) -> None:
             f"{s.why}"
         )
         if s.collectives:
-            print(f"  it reached the collective last in {s.last_arrivals} of {s.collectives} steps")
+            print(f"  it started last in {s.last_arrivals} of the {s.collectives} collectives every rank ran")
     else:
         print("no straggler: the ranks' own time a step is within 5% of each other")
 

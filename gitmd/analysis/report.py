@@ -144,7 +144,11 @@ def window_report(
             )
     b = next(p.breakdown for p in procs if p.pid == main.pid)
     causes = rank(b, records, host, gpu, resid, hist_idle, tests)
-    ranks = rank_steps(procs)
+    over_steps = {}  # each process's breakdown over its run of steps: its time per step's basis
+    for pr in procs:
+        if (sp := steady_span(pr.step)) is not None:
+            over_steps[pr.pid] = breakdown(counted[pr.pid].within(*sp), sp)
+    ranks = rank_steps(procs, over_steps)
     comm = {r.pid: counted[r.pid].kernels[collectives(counted[r.pid])] for r in ranks}
     spans = {p: np.stack([k["start_ns"], k["end_ns"]], axis=1).astype(np.int64) for p, k in comm.items()}
     return WindowReport(

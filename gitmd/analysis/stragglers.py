@@ -103,27 +103,40 @@ def last_arrivals(collectives: dict[int, np.ndarray]) -> tuple[dict[int, int], i
     return last, n
 
 
-def rank_steps(procs: Sequence[_Stepping]) -> list[RankStep]:
-    """The processes stepping together (at least two whose steps have the same number of kernels;
-    the largest such group), each with its time per step split; [] when there are none."""
-    stepping = [p for p in procs if steady_span(p.step) is not None and p.breakdown.window_ns > 0]
+TOGETHER = 0.1  # ranks stepping together: time per step within this share of their median
+
+
+def rank_steps(procs: Sequence[_Stepping], over_steps: dict[int, Breakdown]) -> list[RankStep]:
+    """The processes stepping together (at least two whose steps have the same number of kernels
+    and take the same time, within TOGETHER; the largest such group), each with its time per step
+    split by ``over_steps`` (pid: its breakdown over its recorded run of steps, the span its time
+    per step is measured on); [] when there are none."""
+    stepping = [p for p in procs if steady_span(p.step) is not None and p.pid in over_steps]
     if len(stepping) < 2:
         return []
     period, n = Counter(p.step.period_kernels for p in stepping).most_common(1)[0]
     if n < 2:
         return []
-    out = []
-    for p in stepping:
-        if p.step.period_kernels != period:
-            continue
+
+    def step_ms(p: _Stepping) -> float:
         lo, hi = steady_span(p.step) or (0, 0)
-        step_ms = (hi - lo) / 1e6 / p.step.span_steps
-        b = p.breakdown
-        per = step_ms / b.window_ns  # ms of a step per ns of the breakdown's window
+        return (hi - lo) / 1e6 / p.step.span_steps
+
+    group = [p for p in stepping if p.step.period_kernels == period]
+    median = statistics.median(step_ms(p) for p in group)
+    group = [p for p in group if abs(step_ms(p) - median) <= TOGETHER * median]
+    if len(group) < 2:
+        return []
+    out = []
+    for p in group:
+        b = over_steps[p.pid]
+        if b.window_ns <= 0:
+            continue
+        per = step_ms(p) / b.window_ns  # ms of a step per ns of its run of steps
         out.append(
             RankStep(
                 p.pid,
-                step_ms,
+                step_ms(p),
                 b.kernels_ns * per,
                 b.communication_ns * per,
                 b.copies_ns * per,
@@ -131,7 +144,7 @@ def rank_steps(procs: Sequence[_Stepping]) -> list[RankStep]:
                 (b.sync_stall_ns + b.allocator_ns) * per,
             )
         )
-    return sorted(out, key=lambda r: r.pid)
+    return sorted(out, key=lambda r: r.pid) if len(out) >= 2 else []
 
 
 PARTS = (

@@ -44,9 +44,15 @@ def nccl_rank(pid: int, compute_us: int, steps: int = 12, step_us: int = 10_000)
     return ProcessReport(pid, b, st, [])
 
 
+def ranks_of(procs: list[ProcessReport]) -> list[RankStep]:
+    """rank_steps with each process's breakdown as its breakdown over its run of steps (the
+    constructed ranks have nothing outside their steps)."""
+    return rank_steps(procs, {p.pid: p.breakdown for p in procs})
+
+
 def test_the_rank_with_more_compute_a_step_is_the_straggler() -> None:
     procs = [nccl_rank(10, 5_000), nccl_rank(11, 8_000), nccl_rank(12, 5_200)]
-    ranks = rank_steps(procs)
+    ranks = ranks_of(procs)
     assert [r.pid for r in ranks] == [10, 11, 12]
     assert all(abs(r.step_ms - 10.0) < 1e-6 for r in ranks)
     slow = next(r for r in ranks if r.pid == 11)
@@ -72,8 +78,10 @@ def coll(compute_us: int, steps: int = 12, step_us: int = 10_000) -> np.ndarray:
 
 
 def test_balanced_ranks_and_single_processes_name_no_straggler() -> None:
-    assert straggler(rank_steps([nccl_rank(10, 5_000), nccl_rank(11, 5_200)])) is None  # 2% apart
-    assert rank_steps([nccl_rank(10, 5_000)]) == []  # one process: no ranks
+    assert straggler(ranks_of([nccl_rank(10, 5_000), nccl_rank(11, 5_200)])) is None  # 2% apart
+    assert ranks_of([nccl_rank(10, 5_000)]) == []  # one process: no ranks
+    # same kernels per step, steps 2x apart: two runs of one script, not ranks stepping together
+    assert ranks_of([nccl_rank(10, 5_000), nccl_rank(11, 5_000, step_us=20_000)]) == []
     assert straggler([RankStep(1, 10.0, 5.0, 5.0, 0.0, 0.0, 0.0)]) is None
 
 
