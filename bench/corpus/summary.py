@@ -19,6 +19,7 @@ import argparse
 import datetime
 import itertools
 import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -83,20 +84,37 @@ def clock_quantum(doc: dict[str, Any]) -> float | None:
     return max(qs) if qs else None
 
 
+def commit_time(measured_at: dict[str, Any]) -> int:
+    """When the gitmd commit a file measured was made (git's committer time; 0 when this clone does
+    not know it): within one day, the order of measurements. Paths do not order them (two sessions'
+    folders of one day sort by their names: "twentythird" after "twentyfourth")."""
+    commit = str(measured_at.get("gitmd_commit") or "").split("+")[0]
+    if not commit:
+        return 0
+    try:
+        got = subprocess.run(
+            ["git", "-C", str(ROOT), "show", "-s", "--format=%ct", commit],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return int(got.stdout.strip()) if got.returncode == 0 and got.stdout.strip().isdigit() else 0
+
+
 def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     programs = tomllib.loads(manifest.read_text())["program"]
     split = manifest.parent / "split.toml"
     halves = tomllib.loads(split.read_text()).get("program", {}) if split.exists() else {}
-    latest: dict[str, tuple[tuple[str, str], dict[str, Any], str]] = {}
+    latest: dict[str, tuple[tuple[str, int, str], dict[str, Any], str]] = {}
     # the latest measured oracle of each program (a later file may have skipped it: not measured there)
-    oracles: dict[str, tuple[tuple[str, str], float, str]] = {}
+    oracles: dict[str, tuple[tuple[str, int, str], float, str]] = {}
     for f in sorted(results.rglob("corpus-*.json")):
         if f.name == "corpus-latest.json":
             continue
         doc = json.loads(f.read_text())
         if not isinstance(doc, dict) or "program" not in doc or "summary" not in doc:
             continue  # not a scoreboard file (bench/corpus/verify.py's corpus-verify.json)
-        when = (doc["measured_at"]["date"], str(f))
+        when = (doc["measured_at"]["date"], commit_time(doc["measured_at"]), str(f))
         raw = str(f.relative_to(results.parent))
         if doc["program"] not in latest or when > latest[doc["program"]][0]:
             latest[doc["program"]] = (when, doc, raw)

@@ -1,6 +1,7 @@
 """The corpus manifest and its held-out split (bench/corpus/)."""
 
 import importlib.util
+import json
 import re
 import sys
 import tomllib
@@ -295,3 +296,30 @@ def test_the_summary_gives_older_files_their_ratio_interval() -> None:
     doc = {"runs": [{"ratio": r} for r in ratios] + [{"ratio": None}]}
     assert summary.ratio_interval(doc) == board.interval(ratios)
     assert summary.ratio_interval({"runs": [{"ratio": 1.0}]}) is None
+
+
+def test_the_summary_orders_one_days_files_by_the_commit_they_measured(tmp_path: Path) -> None:
+    """Two sessions of one day: "twentythird" sorts after "twentyfourth" by path, but the later
+    session measured a later commit (git's committer time orders them; this repository's own
+    commits: c58e7ad came after b108330)."""
+    summary = _load("summary")
+
+    def doc(commit: str, worst: float) -> dict[str, object]:
+        return {
+            "program": "timm-train-imagefolder-amp",
+            "measured_at": {"date": "2026-12-04", "gitmd_commit": commit},
+            "runs": [],
+            "summary": {"worst_run_cost": worst},
+        }
+
+    for folder, commit, worst in (("twentyfourth", "c58e7ad", 0.2), ("twentythird", "b108330", 0.3)):
+        d = tmp_path / "results" / folder
+        d.mkdir(parents=True)
+        (d / "corpus-timm-train-imagefolder-amp.json").write_text(json.dumps(doc(commit, worst)))
+    if summary.commit_time({"gitmd_commit": "c58e7ad"}) == 0:
+        pytest.skip("this clone does not hold the commits (a shallow clone)")
+    rows = summary.build(tmp_path / "results", summary.CORPUS / "manifest.toml")
+    (row,) = [r for r in rows if r["name"] == "timm-train-imagefolder-amp"]
+    assert row["worst_run_cost"] == 0.2 and "twentyfourth" in row["raw"]
+    assert summary.commit_time({"gitmd_commit": "83113fb+uncommitted"}) > 0
+    assert summary.commit_time({"gitmd_commit": "not-a-commit"}) == 0
