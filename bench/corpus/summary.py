@@ -152,7 +152,7 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row["runs"] = row["runs_asked"] = row["plain_spread"] = row["clock_quantum"] = None
         row["oracle_raw"] = row["oracle_measured_on"] = None
         if name in oracles:  # the newest oracle measured, from its own file
-            (date, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]
+            (date, _, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]
             row["oracle_measured_on"] = date
         out.append(row)
     return out
