@@ -51,7 +51,7 @@ class WindowReport:
     window_id: int
     processes: list[ProcessReport]
     notes: list[str]
-    cause_pid: int = 0  # the process the causes are about (the one with the most kernels)
+    cause_pid: int = 0  # the process the causes are about (the most kernels; a straggler when one is)
     causes: list[Cause] = field(default_factory=list)
     tests: list[GrangerTest] = field(default_factory=list)
     host: HostStats | None = None
@@ -111,7 +111,19 @@ def window_report(
             continue
         st, b, counted[p.pid] = analysed(r)
         procs.append(ProcessReport(p.pid, b, st, top_kernels(r, top)))
+    over_steps = {}  # each process's breakdown over its run of steps: its time per step's basis
+    for pr in procs:
+        if (sp := steady_span(pr.step)) is not None:
+            over_steps[pr.pid] = breakdown(counted[pr.pid].within(*sp), sp)
+    ranks = rank_steps(procs, over_steps)
+    comm = {r.pid: counted[r.pid].kernels[collectives(counted[r.pid])] for r in ranks}
+    spans = {p: np.stack([k["start_ns"], k["end_ns"]], axis=1).astype(np.int64) for p, k in comm.items()}
+    waited_for = straggler(ranks, last_arrivals(spans))
+    # the causes are the busiest process's — or a distributed job's straggler's: the others wait
+    # for it, so its causes are what the job's step is made of
     main = busiest(w)
+    if waited_for is not None:
+        main = next((p for p in w.processes if p.pid == waited_for.pid), main)
     if main is None:
         return WindowReport(w.job_id, w.window_id, procs, list(w.notes))
     notes = list(w.notes)
@@ -144,13 +156,6 @@ def window_report(
             )
     b = next(p.breakdown for p in procs if p.pid == main.pid)
     causes = rank(b, records, host, gpu, resid, hist_idle, tests)
-    over_steps = {}  # each process's breakdown over its run of steps: its time per step's basis
-    for pr in procs:
-        if (sp := steady_span(pr.step)) is not None:
-            over_steps[pr.pid] = breakdown(counted[pr.pid].within(*sp), sp)
-    ranks = rank_steps(procs, over_steps)
-    comm = {r.pid: counted[r.pid].kernels[collectives(counted[r.pid])] for r in ranks}
-    spans = {p: np.stack([k["start_ns"], k["end_ns"]], axis=1).astype(np.int64) for p, k in comm.items()}
     return WindowReport(
         w.job_id,
         w.window_id,
@@ -164,7 +169,7 @@ def window_report(
         resid,
         history.windows if history is not None else 0,
         ranks,
-        straggler(ranks, last_arrivals(spans)),
+        waited_for,
     )
 
 

@@ -107,3 +107,25 @@ def test_an_ended_jobs_stored_report_keeps_its_ranks() -> None:
     rep = window_report(capture_file.loads(FIXTURES / "ddp-gloo-2ranks.npz"), tester=None)
     back = report_codec.loads(report_codec.dumps(rep))
     assert back.ranks == rep.ranks and back.straggler == rep.straggler
+
+
+def test_a_distributed_jobs_causes_are_its_stragglers() -> None:
+    """The others wait for the straggler, so the job's causes are its: with rank 0's last 20
+    kernels dropped (after its run of steps) the other rank launched the most kernels, and the
+    causes stay rank 0's."""
+    w = capture_file.loads(FIXTURES / "ddp-gloo-2ranks.npz")
+    rep = window_report(w, tester=None)
+    assert rep.straggler is not None and rep.cause_pid == rep.straggler.pid
+    slow = rep.straggler.pid
+    procs = []
+    for p in w.processes:
+        if p.pid == slow:
+            k = p.records.kernels
+            k = k[np.argsort(k["start_ns"])][:-20]
+            p = dataclasses.replace(p, records=dataclasses.replace(p.records, kernels=k))
+        procs.append(p)
+    fewer = dataclasses.replace(w, processes=procs)
+    counts = {p.pid: len(p.records.kernels) for p in fewer.processes}
+    assert max(counts, key=lambda pid: counts[pid]) != slow  # no longer the busiest
+    again = window_report(fewer, tester=None)
+    assert again.straggler is not None and again.straggler.pid == slow and again.cause_pid == slow
