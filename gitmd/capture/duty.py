@@ -59,7 +59,8 @@ WINDOW_STEPS = 40
 def step_records(period_kernels: int, records: int, kernels: int) -> int | None:
     """The records a window of a job whose step is known needs (windows.CAP_MIN_S still holds): its
     WINDOW_STEPS steps of ``period_kernels`` kernels, at the ``records`` per ``kernels`` its last
-    window wrote (copies, syncs and allocations ride along). None: step unknown."""
+    window wrote (copies, syncs, allocations, clock pairs, markers and payload samples ride along:
+    the ring counts them all). None: step unknown."""
     if period_kernels <= 0 or kernels <= 0:
         return None
     return int(WINDOW_STEPS * period_kernels * max(1.0, records / kernels)) + 1

@@ -337,8 +337,8 @@ class Observe:
         main = next((p for p in st.newest.processes if p.pid == st.steps.pid), None)
         if main is None:
             return None
-        records = sum(
-            len(r.kernels) + len(r.memcpys) + len(r.memsets) + len(r.syncs) + len(r.memory)
+        records = sum(  # every record the ring counts as written: the cap is on that count
+            r.count + len(r.clocks) + len(r.windows) + len(r.payloads) + len(r.hostsrcs)
             for r in (p.records for p in st.newest.processes)
         )
         return duty.step_records(st.steps.stats.period_kernels, records, len(main.records.kernels))

@@ -383,8 +383,8 @@ def step_cap(w: Any) -> int:
     assert steps is not None and steps.stats.found
     main = next(p for p in w.processes if p.pid == steps.pid)
     records = sum(
-        len(p.records.kernels) + len(p.records.memcpys) + len(p.records.memsets) + len(p.records.syncs)
-        + len(p.records.memory) for p in w.processes
+        p.records.count + len(p.records.clocks) + len(p.records.windows) + len(p.records.payloads)
+        + len(p.records.hostsrcs) for p in w.processes
     )  # fmt: skip
     cap = duty.step_records(steps.stats.period_kernels, records, len(main.records.kernels))
     assert cap is not None and duty.WINDOW_STEPS * steps.stats.period_kernels < cap < 50_000
