@@ -48,6 +48,12 @@ def test_a_torchrun_jobs_ranks_are_one_job(daemon_factory: Any, short_tmp: Path)
         kernels = {p.pid: len(p.records.kernels) for p in w.processes}
         assert all(kernels.get(pid, 0) > 0 for pid in pids), (kernels, w.notes)  # one window, both ranks
         save_fixture(cap, "capture-ddp-gloo-2ranks.npz")
+        # the window's analysis: both ranks step together (a straggler or none, whichever it was)
+        from gitmd.analysis.report import window_report
+
+        rep = window_report(w, tester=None)
+        assert sorted(r.pid for r in rep.ranks) == sorted(pids), (rep.ranks, pids)
+        assert rep.straggler is None or rep.cause_pid == rep.straggler.pid
     finally:
         stop.touch()
         out, err = job.communicate(timeout=120)
