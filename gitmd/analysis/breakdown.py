@@ -141,8 +141,7 @@ def _observed_from(lo: int, gpu_starts: np.ndarray) -> int:
     a launch on a full queue, as a launch gap) of a GPU that was in fact busy — as the bf16 control's
     windows read a 56% sync stall and an fp32 MLP's first run 88% launch-bound on the H200,
     2026-12-03 (those windows were not kept, so that this was their cause is not shown)."""
-    after = gpu_starts[gpu_starts >= lo]
-    return int(after.min()) if len(after) else lo
+    return max(lo, int(gpu_starts.min())) if len(gpu_starts) else lo
 
 
 def opened_at(r: Decoded) -> int | None:
@@ -169,8 +168,8 @@ def collectives(r: Decoded) -> np.ndarray:
 
 def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
     """The breakdown of one process's records (CUPTI clock). ``window``: its bounds (a window's
-    recorded run of steps, steps.steady_span), else the span of the records from the window's
-    opening on."""
+    recorded run of steps, steps.steady_span), else the span of the records (report.analysed gives
+    it the window's own: from its open marker on)."""
     k, m, s = r.kernels, r.memcpys, r.memsets
     ks, ke = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
     cs = np.concatenate([m["start_ns"], s["start_ns"]]).astype(np.int64)
@@ -185,9 +184,6 @@ def breakdown(r: Decoded, window: tuple[int, int] | None = None) -> Breakdown:
         ends = [a for a in (all_e, r.syncs["end_ns"].astype(np.int64)) if len(a)]
         lo = int(min(a.min() for a in everything)) if everything else 0
         hi = int(max(a.max() for a in ends)) if ends else lo
-        opened = opened_at(r)
-        if opened is not None and opened < hi:
-            lo = max(lo, opened)
     else:
         lo, hi = window
     lo = _observed_from(lo, all_s)

@@ -112,9 +112,10 @@ def window_report(
         st, b, counted[p.pid] = analysed(r)
         procs.append(ProcessReport(p.pid, b, st, top_kernels(r, top)))
     over_steps = {}  # each process's breakdown over its run of steps: its time per step's basis
-    for pr in procs:
-        if (sp := steady_span(pr.step)) is not None:
-            over_steps[pr.pid] = breakdown(counted[pr.pid].within(*sp), sp)
+    stepping = [(pr.pid, sp) for pr in procs if (sp := steady_span(pr.step)) is not None]
+    if len(stepping) >= 2:  # ranks to compare (one process: nothing to split again)
+        for pid, sp in stepping:
+            over_steps[pid] = breakdown(counted[pid].within(*sp), sp)
     ranks = rank_steps(procs, over_steps)
     comm = {r.pid: counted[r.pid].kernels[collectives(counted[r.pid])] for r in ranks}
     spans = {p: np.stack([k["start_ns"], k["end_ns"]], axis=1).astype(np.int64) for p, k in comm.items()}

@@ -201,12 +201,6 @@ MIN_BUSY_KERNELS = 10  # fewer kernels in a window: no busy share
 def gpu_busy(start_ns: np.ndarray, end_ns: np.ndarray) -> float | None:
     """Share of [first start, last end] covered by at least one of the kernel intervals (None: too
     few kernels to say)."""
-    span = _busy_span(start_ns, end_ns)
-    return None if span is None else span[1]
-
-
-def _busy_span(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[int, float] | None:
-    """(last end - first start, the busy share of that span) of the timed kernels."""
     st = np.asarray(start_ns, dtype=np.int64)
     en = np.asarray(end_ns, dtype=np.int64)
     ok = (st > 0) & (en > st)
@@ -214,7 +208,7 @@ def _busy_span(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[int, float] | 
         return None
     s, e = merge_intervals(st[ok], en[ok])
     span = int(e[-1] - s[0])
-    return (span, int((e - s).sum()) / span) if span > 0 else None
+    return int((e - s).sum()) / span if span > 0 else None
 
 
 def step_timing(window: WindowResult, steps: JobSteps | None) -> tuple[float | None, float | None]:

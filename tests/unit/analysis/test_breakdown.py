@@ -189,6 +189,7 @@ def test_a_record_from_before_the_window_opened_is_not_its_own() -> None:
     3.1 s before the window's open marker; with no step to bound it, the breakdown covers the window
     from its opening on, not from that kernel (3.67 s, 94% of it a "launch gap")."""
     from gitmd.analysis.breakdown import opened_at
+    from gitmd.analysis.report import analysed
 
     w = capture_file.loads(
         Path(__file__).resolve().parents[2] / "fixtures" / "h200-2026-12-04" / "mlp-fp32.run1.w5.npz"
@@ -196,6 +197,9 @@ def test_a_record_from_before_the_window_opened_is_not_its_own() -> None:
     r = w.processes[0].records.timed()
     opened = opened_at(r)
     assert opened is not None and int(r.kernels["start_ns"].min()) < opened - 3_000_000_000
-    b = breakdown(r)
+    k = r.kernels.copy()
+    k["name_id"] = np.arange(len(k))  # every kernel its own name: no step found
+    st, b, _ = analysed(dataclasses.replace(r, kernels=k))
+    assert not st.found
     assert b.window_ns < 600_000_000 and b.launch_gap_ns < 0.05 * b.window_ns
     assert b.kernels_ns <= b.window_ns  # the stale kernel ran outside it
