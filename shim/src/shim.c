@@ -532,6 +532,7 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
             *size = g.buffer_bytes;
         } else {
             free(p); /* 256 buffers out: CUPTI is not giving them back; drop rather than grow */
+            DEBUG("buffer refused: %d buffers out", OWN_BUFFERS);
         }
     }
     /* No buffer: CUPTI counts the records it must drop; we read that count at each flush. */
@@ -551,9 +552,13 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     }
     if (!g.inert && getpid() == g.pid) {
         CUpti_Activity *record = NULL;
-        while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
+        size_t n = 0;
+        while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
             convert(record);
+            n++;
+        }
         __atomic_fetch_add(&g.ring.hdr->buffers_completed, 1, __ATOMIC_RELAXED);
+        DEBUG("buffer completed: %zu records (%zu bytes), window %u", n, valid, g.window_id);
     }
     free(buffer);
 }
@@ -1219,8 +1224,10 @@ static int other_subscriber_present(void)
 static void collect_cupti_drops(void)
 {
     size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
+    if (cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped) {
         __atomic_fetch_add(&g.ring.hdr->cupti_drops, dropped, __ATOMIC_RELAXED);
+        DEBUG("CUPTI dropped %zu records", dropped);
+    }
 }
 
 static void close_window(const char *why)
@@ -1230,7 +1237,9 @@ static void close_window(const char *why)
     for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
         if (g.enabled_mask & KINDS[i].gitm)
             cuptiActivityDisable(KINDS[i].cupti);
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    CUptiResult flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    DEBUG("window %u: kinds off and forced flush (%d) in %.1f ms, %llu kernels seen", g.window_id, (int)flushed,
+          DEBUG_MS(t0), (unsigned long long)__atomic_load_n(&g.kernels_seen, __ATOMIC_RELAXED));
     collect_cupti_drops();
     write_clock_pair();
     write_window_marker(g.window_id, 2, g.enabled_mask);
@@ -1327,6 +1336,8 @@ static void open_window(uint32_t id, uint32_t mask)
         r = cuptiActivityEnable(KINDS[i].cupti);
         if (r == CUPTI_SUCCESS)
             enabled |= KINDS[i].gitm;
+        else
+            DEBUG("window %u: cuptiActivityEnable(%d) failed: %d", id, (int)KINDS[i].cupti, (int)r);
     }
     DEBUG("window %u: activity kinds enabled at %.1f ms", id, DEBUG_MS(t0));
     enabled |= start_payloads(mask);

@@ -128,6 +128,13 @@ def keep_log(d: Daemon, name: str) -> None:
             shutil.copytree(kept, Path(o, f"{Path(name).stem}-windows"), dirs_exist_ok=True)
 
 
+def keep_job_output(name: str, stdout: str, stderr: str) -> None:
+    """The job's own output (the shim's lines too, under GITM_SHIM_DEBUG=1) next to the test's."""
+    o = os.environ.get("GITMD_GPU_OUT")
+    if o:
+        Path(o, f"job-{name}.log").write_text(f"{stdout[-100_000:]}\n--- stderr ---\n{stderr[-400_000:]}")
+
+
 @pytest.mark.timeout(420)
 def test_cpu_affinity_is_promoted_on_a_contended_running_job(gpu_daemon: Daemon) -> None:
     d = gpu_daemon
@@ -163,7 +170,8 @@ def test_cpu_affinity_is_promoted_on_a_contended_running_job(gpu_daemon: Daemon)
         keep_log(d, "gitmd-promote.log")
         hog.kill()
         job.send_signal(signal.SIGTERM)
-        job.wait(60)
+        stdout, stderr = job.communicate(timeout=60)
+        keep_job_output("contended", stdout, stderr)
 
 
 @pytest.mark.timeout(420)
