@@ -21,6 +21,13 @@ What each cause costs (within one window of the job's busiest process):
   filter's algorithm 0): what cuDNN runs by default without autotuning, while its autotuner may pick
   TF32 tensor-core algorithms (PyTorch allows TF32 convolutions by default) — at the same 5.5x;
 - kernel_slowdown: kernels slower than their history that nothing above explains;
+- communication: collectives (NCCL's kernels) no other kernel of the process ran beside (exposed), a
+  rank's wait for its slowest peer included. No lever: NCCL's documentation (Environment Variables)
+  files its algorithm, protocol, channel, thread and buffer-size variables under "Debugging": fine
+  for experiments, not to be kept in production (they may cause "sub-optimal behavior, crashes, or
+  hangs", and NCCL_PROTO may corrupt data where LL128 is unsupported), and its system-configuration
+  variables select networks, not collectives on one host: a policy gitmd keeps is production. What
+  it shows is where the step goes; the straggler (gitmd.analysis.stragglers) is what a lever acts on;
 - stream_starved: time the host waited on a stream (stream synchronizations) while that stream ran
   no kernel and the process's other streams did: its work queued behind theirs, which a higher
   priority for the waited stream lets through first.
@@ -72,6 +79,8 @@ LEVERS: dict[str, tuple[str, ...]] = {
     # the host waits on one stream while the GPU runs another's kernels: raise the waited one
     "stream_starved": ("stream_priority",),
     "kernel_slowdown": (),
+    # NCCL's tuning variables are its "Debugging" ones (see the module's docstring): none kept
+    "communication": (),
 }
 # Granger series that support each cause when significant.
 SUPPORT: dict[str, tuple[str, ...]] = {
@@ -346,6 +355,15 @@ def rank(
         scope_ns=conv_ns,
         kernel_time=True,
     )
+    if b.collectives:
+        out.add(
+            "communication",
+            b.communication_ns,
+            0.6,
+            f"{b.collectives} collective kernels; {_ms(b.communication_ns)} with no other kernel beside them "
+            f"(a wait for the slowest rank included), {_ms(b.overlapped_comm_ns)} hidden under compute",
+            kernel_time=True,
+        )
     if resid is not None and resid.excess_ns > 0:
         explained = sum(c.cost_ns for c in out.causes if c.name in ("cotenant", "throttling", "power_cap"))
         rest = resid.excess_ns - explained

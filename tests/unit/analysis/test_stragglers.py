@@ -129,3 +129,25 @@ def test_a_distributed_jobs_causes_are_its_stragglers() -> None:
     assert max(counts, key=lambda pid: counts[pid]) != slow  # no longer the busiest
     again = window_report(fewer, tester=None)
     assert again.straggler is not None and again.straggler.pid == slow and again.cause_pid == slow
+
+
+def test_exposed_collectives_are_a_cause_no_lever_acts_on() -> None:
+    """A rank whose all-reduce is half its step (nothing beside it) has `communication` above
+    threshold, its evidence in plain words, and no lever: NCCL's tuning variables are its
+    documentation's "Debugging" ones, never kept as a policy. A process with no collective has no
+    such cause."""
+    from gitmd.analysis.causes import LEVERS, rank
+
+    spans, names = [], []
+    for i in range(12):
+        t = i * 10_000 * US
+        spans += [(t, t + 5_000 * US), (t + 5_000 * US, t + 10_000 * US)]
+        names += [1, 2]
+    d = dataclasses.replace(decoded(kernels=recs("kernels", spans, name_id=names)), names=NAMES)
+    _, b, r = analysed(d)
+    (c,) = [c for c in rank(b, r, None, None, None, None, []) if c.name == "communication"]
+    assert c.above_threshold and 0.45 < c.share < 0.55 and c.levers == () == LEVERS["communication"]
+    assert "12 collective kernels" in c.evidence[0] and "hidden under compute" in c.evidence[0]
+    gemms = dataclasses.replace(decoded(kernels=recs("kernels", spans[::2], name_id=[1] * 12)), names=NAMES)
+    _, b, r = analysed(gemms)
+    assert not [c for c in rank(b, r, None, None, None, None, []) if c.name == "communication"]
