@@ -15,6 +15,13 @@ kinds or kernel activity only; a mode whose runs crash names the part at fault.
 
 --program: the four-thread torch loop (default), the one-thread torch launch loop, or CuPy's FFT
 loop (no torch).
+
+--hogs N --cores 2,3: the job and N busy processes share those cores (tests/gpu/test_experiments.py's
+contended job). Each run also counts the kernel records every window delivered: on the H200
+(2026-12-04, a732f22) that job's windows 3-9 under gitmd held none while it launched ~26,000
+kernels a second; "empty" counts such windows (a window before the program's first kernel is not
+counted). GITM_SHIM_DEBUG=1 in the environment puts the shim's own lines on the run's stderr (kept
+with --keep-stderr).
 """
 
 from __future__ import annotations
@@ -103,6 +110,8 @@ def one_run(
     preload: str = "",
     cwd: Path | None = None,
     detach_after_s: float = 12.0,
+    cores: set[int] | None = None,
+    keep_stderr: bool = False,
 ) -> dict[str, object]:
     detach, guard, mask, settles = MODES[mode]
     d = Path(tempfile.mkdtemp(dir=tmp))
@@ -127,7 +136,12 @@ def one_run(
             "-ex=handle SIGPIPE nostop noprint", "-ex=run", "-ex=thread apply all bt 25", "--args", *argv,
         ]  # fmt: skip
         env = {k: v for k, v in env.items() if k not in moved}
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    p = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, preexec_fn=pin
+    )
+    kernel = 0
+    per_window: list[int] = []  # kernel records each window delivered (drained until the next opens)
     detach_op = 0
     detach_answers: list[list[int]] = []
     rings: dict[Path, Ring] = {}
@@ -162,15 +176,22 @@ def one_run(
                 for path, r in rings.items():
                     seq_by_ring[path] = r.open_window(wid, mask, 250, 10_000)
                 windows += 1
+                per_window.append(0)
                 next_at = now + open_s
             is_open = not is_open
         for path, r in rings.items():
             r.heartbeat()
             if path in seq_by_ring and r.acked(seq_by_ring.pop(path)):
                 acked += 1
-            r.drain()
+            rows = r.drain()
+            if len(rows) and per_window:
+                kernel = kernel or r.abi.const("GITM_REC_KERNEL")
+                per_window[-1] += int((rows["type"] == kernel).sum())
         time.sleep(0.005)
     out, err = p.communicate()
+    first = next((i for i, n in enumerate(per_window) if n), len(per_window))
+    # the last window may have been cut by the exit
+    empty = sum(1 for n in per_window[first:-1] if n == 0)
     status = {}
     for r in rings.values():
         st = r.status()
@@ -188,8 +209,11 @@ def one_run(
         "exit": p.returncode,
         "seconds": round(time.monotonic() - t0, 1),
         "windows": windows,
+        "kernels_per_window": per_window,
+        "empty_windows": empty,
         "result": result(out),
         "stderr_tail": err[-6000:] if p.returncode else "",
+        "stderr": err[-200_000:] if keep_stderr else "",
         "gdb_tail": out[-6000:] if gdb and p.returncode else "",
         **status,
     }
@@ -210,7 +234,13 @@ def main() -> int:
     ap.add_argument("--backtrace", action="store_true", help="a crash prints its native stack")
     ap.add_argument("--gdb", action="store_true", help="under gdb: a crash prints each thread's stack")
     ap.add_argument("--detach-after-s", type=float, default=12.0, help="mode once: when observation ends")
+    ap.add_argument("--hogs", type=int, default=0, help="busy processes sharing --cores with the job")
+    ap.add_argument("--cores", default="", help="the job's (and the hogs') cores, e.g. 2,3")
+    ap.add_argument("--keep-stderr", action="store_true", help="every run's stderr into --json")
     a = ap.parse_args()
+    cores = {int(c) for c in a.cores.split(",") if c.strip()} or None
+    if a.hogs and not cores:
+        ap.error("--hogs needs --cores")
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -225,7 +255,28 @@ def main() -> int:
         src = ROOT / "bench" / "crash_backtrace.c"
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
         preload = str(so)
-    plain = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd)
+    hog = (  # its processes end with it
+        subprocess.Popen(
+            [sys.executable, str(W / "cpu_hog.py"), "--procs", str(a.hogs), "--seconds", "36000"],
+            preexec_fn=lambda: os.sched_setaffinity(0, cores or set()),
+        )
+        if a.hogs
+        else None
+    )
+    try:
+        return stress(a, modes, argv, cwd, preload, cores)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
+def stress(
+    a: argparse.Namespace, modes: list[str], argv: list[str], cwd: Path | None, preload: str,
+    cores: set[int] | None,
+) -> int:  # fmt: skip
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    plain = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd, preexec_fn=pin)
     want = result(plain.stdout)
     print(f"plain: exit {plain.returncode} {want}", flush=True)
     rows: list[dict[str, object]] = []
@@ -236,23 +287,26 @@ def main() -> int:
                 if a.budget_s and time.monotonic() - t_start > a.budget_s:
                     break
                 row = one_run(
-                    m, argv, a.open_s, a.every_s, Path(tmp), a.gdb, a.settle_s, preload, cwd, a.detach_after_s
-                )
+                    m, argv, a.open_s, a.every_s, Path(tmp), a.gdb, a.settle_s, preload, cwd,
+                    a.detach_after_s, cores, a.keep_stderr,
+                )  # fmt: skip
                 row["same_output"] = row["result"] == want
                 rows.append(row)
                 print(
                     f"run {i + 1} {m}: exit {row['exit']} {row['seconds']} s, {row['windows']} windows, "
                     f"same output {row['same_output']}, {row.get('detaches')} detaches, "
+                    f"{row['empty_windows']} empty windows (kernels {row['kernels_per_window']}), "
                     f"shim {row.get('shim')} {row.get('reason', '')!r}",
                     flush=True,
                 )
                 if row["exit"]:
                     print(str(row["stderr_tail"])[-1200:], flush=True)
-    print("\n| mode | runs | not as plain | exits |\n| --- | --- | --- | --- |")
+    print("\n| mode | runs | not as plain | exits | empty windows |\n| --- | --- | --- | --- | --- |")
     for m in modes:
         rs = [r for r in rows if r["mode"] == m]
         badr = [r for r in rs if r["exit"] or not r["same_output"]]
-        print(f"| {m} | {len(rs)} | {len(badr)} | {sorted({int(str(r['exit'])) for r in rs})} |")
+        empty = sum(int(str(r["empty_windows"])) for r in rs)
+        print(f"| {m} | {len(rs)} | {len(badr)} | {sorted({int(str(r['exit'])) for r in rs})} | {empty} |")
     if a.json:
         a.json.write_text(json.dumps({"plain": want, "argv": argv, "runs": rows}, indent=1))
     return 0
