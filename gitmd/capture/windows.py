@@ -60,6 +60,17 @@ def process_alive(pid: int, ticks: int) -> bool:
     return start_ticks(pid) == ticks
 
 
+def empty_window_note(pid: int, before: int, syncs: int) -> str:
+    """A window in which a process that launched kernels in earlier ones, and lives on, delivered
+    none: CUPTI gave no activity record (H200 2026-12-04: a contended launch-bound job's windows 3-9,
+    its syncs still recorded). Nothing of it is analysed; the shim's own lines (GITM_SHIM_DEBUG=1 in
+    the job's environment) say what CUPTI did."""
+    return (
+        f"pid {pid}: no kernel record in this window ({syncs} syncs) though its earlier windows held "
+        f"{before}: CUPTI delivered none (GITM_SHIM_DEBUG=1 in the job's environment shows the shim's view)"
+    )
+
+
 @dataclass
 class ProcessCapture:
     ring: Ring
@@ -70,6 +81,7 @@ class ProcessCapture:
     broken: str = ""  # why its ring can no longer be read (its owner shrank it): ignored from then
     last: RingStatus | None = None
     rank: Rank | None = None  # its rank in a distributed job (torchrun's or Slurm's variables)
+    kernels_before: int = 0  # kernel records its earlier windows delivered
 
     @property
     def alive(self) -> bool:
@@ -447,6 +459,9 @@ class CaptureManager:
                     continue
                 if status.status in ("stepped_aside", "off"):
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
+                elif not len(decoded.kernels) and pc.kernels_before and pc.alive:
+                    notes.append(empty_window_note(pc.ring.pid, pc.kernels_before, len(decoded.syncs)))
+                pc.kernels_before += len(decoded.kernels)
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
             result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
             jc.windows += 1

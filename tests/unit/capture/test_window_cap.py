@@ -176,3 +176,34 @@ def test_a_window_stops_when_its_processes_have_exited(
         assert any("its processes exited" in n for n in w.notes)
     finally:
         mgr.untrack("j")
+
+
+def test_a_window_in_which_a_kernel_launching_process_delivered_none_says_so(
+    tmp_path: Path, write_ring: Callable[..., Path], monkeypatch: object
+) -> None:
+    """H200 2026-12-04: a contended launch-bound job's windows 3-9 held its syncs but no kernel record
+    (CUPTI delivered none). Such a window says so, naming the process; its first window (nothing
+    before it) and windows with kernels say nothing."""
+    import pytest
+
+    from gitmd.capture import windows
+    from tests.unit.analysis.test_breakdown import decoded, recs
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    _live_ring(job_dir, write_ring)
+    kernels = recs("kernels", [(i * 1000, i * 1000 + 500) for i in range(30)])
+    syncs = recs("syncs", [(0, 10), (50, 60)])
+    delivered = iter([decoded(), decoded(kernels=kernels), decoded(syncs=syncs), decoded(kernels=kernels)])
+    monkeypatch.setattr(windows, "drain_decode", lambda *a, **k: next(delivered))
+    mgr = CaptureManager(abi.load(), ("kernel",), 250)
+    mgr.track("j", job_dir)
+    try:
+        got = [mgr.capture("j", 0.05, ack_timeout_s=0.01).notes for _ in range(4)]
+    finally:
+        mgr.untrack("j")
+    said = [[n for n in notes if "no kernel record" in n] for notes in got]
+    assert said[0] == said[1] == said[3] == []
+    (note,) = said[2]
+    assert f"pid {os.getpid()}" in note and "(2 syncs)" in note and "held 30" in note
