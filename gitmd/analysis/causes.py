@@ -362,6 +362,8 @@ def rank(
             0.6,
             f"{b.collectives} collective kernels; {_ms(b.communication_ns)} with no other kernel beside them "
             f"(a wait for the slowest rank included), {_ms(b.overlapped_comm_ns)} hidden under compute",
+            "no lever: NCCL's documentation files its algorithm, protocol, channel and buffer-size "
+            "variables under Debugging (for experiments, not production); gitmd keeps none of them",
             kernel_time=True,
         )
     if resid is not None and resid.excess_ns > 0:

@@ -148,6 +148,7 @@ def test_exposed_collectives_are_a_cause_no_lever_acts_on() -> None:
     (c,) = [c for c in rank(b, r, None, None, None, None, []) if c.name == "communication"]
     assert c.above_threshold and 0.45 < c.share < 0.55 and c.levers == () == LEVERS["communication"]
     assert "12 collective kernels" in c.evidence[0] and "hidden under compute" in c.evidence[0]
+    assert "Debugging" in c.evidence[1] and "keeps none" in c.evidence[1]
     gemms = dataclasses.replace(decoded(kernels=recs("kernels", spans[::2], name_id=[1] * 12)), names=NAMES)
     _, b, r = analysed(gemms)
     assert not [c for c in rank(b, r, None, None, None, None, []) if c.name == "communication"]
