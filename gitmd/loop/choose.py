@@ -98,7 +98,10 @@ class Choose:
         if report is None:
             return "its window could not be analysed"
         earlier = self.attribute.earlier_causes(job, report)
-        top = next((c for c in report.causes if c.above_threshold and c.name in earlier), None)
+        # the largest cause some lever addresses (exposed communication and unexplained kernel
+        # slowdowns have none: a DDP job whose collectives take most of its step is still helped
+        # with what comes after them)
+        top = next((c for c in report.causes if c.above_threshold and c.name in earlier and c.levers), None)
         if top is None:
             return self.no_cause(report, earlier)
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
@@ -177,6 +180,9 @@ class Choose:
         now = [c.name for c in report.causes if c.above_threshold]
         if not now:
             return "no cause above threshold in its latest window"
+        bare = [c.name for c in report.causes if c.above_threshold and c.name in earlier and not c.levers]
+        if bare and not [c for c in report.causes if c.above_threshold and c.name in earlier and c.levers]:
+            return f"{', '.join(bare)} above threshold in two windows in a row, and no lever addresses it"
         return (
             f"{', '.join(now)} above threshold in its latest window, not in the one before "
             f"({', '.join(sorted(earlier)) or 'none'}): a cause must show in two windows in a row"

@@ -527,3 +527,35 @@ def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
 
     (main,) = [p for p in plan.processes if p.pid == plan.cause_pid]
     assert got <= idle_share(main.breakdown) + 1e-9
+
+
+def test_a_cause_no_lever_addresses_does_not_hide_the_next_one(tmp_path: Path) -> None:
+    """A DDP job's exposed collectives (`communication`, no lever: NCCL's tuning variables are for
+    experiments only) can be its largest cause; the live trial goes to the largest cause a lever
+    addresses. With nothing else above threshold, choose says that no lever addresses it."""
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("ddp", ("torchrun", "t.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    svc.jobs.set_workload(job_id, "w1")
+    svc.states.of(job_id).steady = True
+    comm = Cause("communication", 3e6, 0.4, 0.6, ("x",), LEVERS["communication"], True)
+    host = Cause("host_contention", 1e6, 0.2, 0.7, ("x",), LEVERS["host_contention"], True)
+    shown = [[comm]]
+    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(  # type: ignore[method-assign,assignment]
+        window_id=len(shown), causes=shown[-1], notes=[], processes=[], cause_pid=0
+    )
+    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+    tried: list[str] = []
+    svc.loop.trials.pool.submit = lambda fn, jid, lever, cause, *rest: tried.append(cause)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.choose.live(job_id)
+    shown.append([comm])
+    why = svc.loop.choose.live(job_id)
+    assert tried == [] and "communication above threshold in two windows in a row" in why
+    assert "no lever addresses it" in why
+    shown.append([comm, host])
+    svc.loop.choose.live(job_id)
+    shown.append([comm, host])
+    svc.loop.choose.live(job_id)
+    assert tried == ["host_contention"]
