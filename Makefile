@@ -65,7 +65,7 @@ corpus:
 #   make bench-corpus PARTS=timm-resnet18-train-fp32,cupy-cg [RUNS=5] [ORACLE=none|a,b]
 # then `make corpus-summary` writes a new dated summary (bench/results/<date>-corpus-summary.json, or
 # <date>-corpus-summary-2.json and on when that day has one: results are never overwritten) from every
-# raw file.
+# raw file, and points the link bench/results/corpus-latest.json at it.
 bench-corpus:
 	$(PYTHON) bench/corpus/scoreboard.py --programs "$(PARTS)" --runs "$(or $(RUNS),5)" \
 		--oracle-levers "$(ORACLE)" --out bench/results/$$(date +%Y-%m-%d)-corpus

@@ -10,7 +10,10 @@ never measured are listed with `measured_at` null.
 
 bench/results is append-only: with no --out it writes a new dated file, <results>/<date>-corpus-summary.json
 (or <date>-corpus-summary-2.json and on, when that day has one), and an --out that exists already is
-refused. `bench/results/corpus-latest.json` is the first summary (2026-12-03), kept as it was.
+refused. `<results>/corpus-latest.json` is then a symbolic link to the file just written: the newest
+summary by a fixed name, no file rewritten (a corpus-latest.json that is a file is left as it is and
+said so; the first summary, 2026-12-03, was kept under that name until it became
+2026-12-03-corpus-summary.json).
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     # the latest measured oracle of each program (a later file may have skipped it: not measured there)
     oracles: dict[str, tuple[tuple[str, int, str], float, str]] = {}
     for f in sorted(results.rglob("corpus-*.json")):
-        if f.name == "corpus-latest.json":
+        if f.name == LATEST:
             continue
         doc = json.loads(f.read_text())
         if not isinstance(doc, dict) or "program" not in doc or "summary" not in doc:
@@ -167,6 +170,24 @@ def dated(results: Path) -> Path:
     return out
 
 
+LATEST = "corpus-latest.json"
+
+
+def point_latest(results: Path, written: Path) -> str:
+    """``results``/corpus-latest.json made a symbolic link to ``written`` (a summary in the same
+    folder); "" when done, else why not (a file of that name is a result: never replaced)."""
+    latest = results / LATEST
+    if written.parent.resolve() != results.resolve():
+        return f"{LATEST} not pointed at {written}: not in {results}"
+    if latest.exists() and not latest.is_symlink():
+        return f"{latest} is a file, not a link: left as it is (results are append-only)"
+    tmp = results / f".{LATEST}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(written.name)
+    tmp.replace(latest)
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
@@ -181,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"programs": rows}, indent=1) + "\n")
     measured = sum(1 for r in rows if r["measured_at"])
     print(f"wrote {out}: {len(rows)} programs, {measured} measured")
+    if a.out is None:
+        why = point_latest(a.results, out)
+        print(why or f"{a.results / LATEST} -> {out.name}", file=sys.stderr if why else sys.stdout)
     return 0
 
 

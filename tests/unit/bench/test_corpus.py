@@ -236,17 +236,25 @@ def test_every_step_clock_compiles(programs: list[dict]) -> None:
 
 def test_the_summary_with_no_out_writes_the_days_next_file(tmp_path: Path) -> None:
     """With no --out, the summary goes to a new dated file, the day's second to -2 (bench/results is
-    append-only: it never overwrites corpus-latest.json or an earlier summary)."""
+    append-only: it never overwrites an earlier summary), and corpus-latest.json is a link to the
+    newest; a corpus-latest.json that is a file is a result and stays as it is."""
     summary = _load("summary")
     assert summary.main(["--results", str(tmp_path)]) == 0
     assert summary.main(["--results", str(tmp_path)]) == 0
-    names = sorted(p.name for p in tmp_path.iterdir())
+    latest = tmp_path / "corpus-latest.json"
+    names = sorted(p.name for p in tmp_path.iterdir() if p != latest)
     assert (
         len(names) == 2
         and names[0].endswith("-corpus-summary-2.json")
         and names[1].endswith("-corpus-summary.json")
     )
-    assert not (tmp_path / "corpus-latest.json").exists()
+    assert latest.is_symlink() and str(latest.readlink()) == names[0]
+    assert json.loads(latest.read_text())["programs"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "corpus-latest.json").write_text("{}")  # an old summary kept under that name
+    assert summary.main(["--results", str(other)]) == 0
+    assert (other / "corpus-latest.json").read_text() == "{}"
 
 
 def test_the_scoreboard_archives_the_windows_gitmd_kept(tmp_path: Path) -> None:
