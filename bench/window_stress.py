@@ -30,11 +30,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -99,6 +101,25 @@ def result(out: str) -> str:
     return re.sub(r" step_ms=\S+", "", lines[-1]) if lines else ""  # its timing may change, nothing else
 
 
+def count_kernels(rows: Any, abi: Any, per_window: dict[int, int], current: int | None) -> int | None:
+    """Add the kernel records of ``rows`` (drained, in ring order) to the window they came in, by the
+    window markers among them (open: flags 1, close: 2; the window's id in correlation_id); returns
+    the window still open after them (None: none). A window opened but holding no kernel counts 0."""
+    kernel, marker = abi.const("GITM_REC_KERNEL"), abi.const("GITM_REC_WINDOW")
+    types = rows["type"]
+    prev = 0
+    for i in [*map(int, (types == marker).nonzero()[0]), len(rows)]:
+        if current is not None:
+            per_window[current] = per_window.get(current, 0) + int((types[prev:i] == kernel).sum())
+        if i < len(rows):
+            wid = int(rows["correlation_id"][i])
+            current = wid if int(rows["flags"][i]) == 1 else None
+            if current is not None:
+                per_window.setdefault(current, 0)
+        prev = i + 1
+    return current
+
+
 def one_run(
     mode: str,
     argv: list[str],
@@ -137,11 +158,16 @@ def one_run(
         ]  # fmt: skip
         env = {k: v for k, v in env.items() if k not in moved}
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    # stderr to a file: a pipe read only at the end fills with the shim's debug lines and blocks its
+    # threads (and CUPTI's) in write(2), which would make the very empty windows counted here
+    err_file = tempfile.TemporaryFile(mode="w+", dir=tmp)  # noqa: SIM115 - read after the run
     p = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, preexec_fn=pin
+        argv, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True, cwd=cwd, preexec_fn=pin
     )
-    kernel = 0
-    per_window: list[int] = []  # kernel records each window delivered (drained until the next opens)
+    # kernel records each opened window delivered, by the ring's window markers (a forced flush at a
+    # close can be drained after the next open); after a close marker, none counts until the next open
+    per_window: dict[int, int] = {}
+    current: int | None = None
     detach_op = 0
     detach_answers: list[list[int]] = []
     rings: dict[Path, Ring] = {}
@@ -176,22 +202,22 @@ def one_run(
                 for path, r in rings.items():
                     seq_by_ring[path] = r.open_window(wid, mask, 250, 10_000)
                 windows += 1
-                per_window.append(0)
                 next_at = now + open_s
             is_open = not is_open
         for path, r in rings.items():
             r.heartbeat()
             if path in seq_by_ring and r.acked(seq_by_ring.pop(path)):
                 acked += 1
-            rows = r.drain()
-            if len(rows) and per_window:
-                kernel = kernel or r.abi.const("GITM_REC_KERNEL")
-                per_window[-1] += int((rows["type"] == kernel).sum())
+            current = count_kernels(r.drain(), r.abi, per_window, current)
         time.sleep(0.005)
-    out, err = p.communicate()
-    first = next((i for i, n in enumerate(per_window) if n), len(per_window))
+    out, _ = p.communicate()
+    err_file.seek(0)
+    err = err_file.read()
+    err_file.close()
+    counts = [per_window[w] for w in sorted(per_window)]
+    first = next((i for i, n in enumerate(counts) if n), len(counts))
     # the last window may have been cut by the exit
-    empty = sum(1 for n in per_window[first:-1] if n == 0)
+    empty = sum(1 for n in counts[first:-1] if n == 0)
     status = {}
     for r in rings.values():
         st = r.status()
@@ -209,7 +235,7 @@ def one_run(
         "exit": p.returncode,
         "seconds": round(time.monotonic() - t0, 1),
         "windows": windows,
-        "kernels_per_window": per_window,
+        "kernels_per_window": counts,
         "empty_windows": empty,
         "result": result(out),
         "stderr_tail": err[-6000:] if p.returncode else "",
@@ -255,10 +281,13 @@ def main() -> int:
         src = ROOT / "bench" / "crash_backtrace.c"
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
         preload = str(so)
-    hog = (  # its processes end with it
+    # a SIGTERM (tests/gpu/run.sh's timeout) ends the hogs too: the finally below runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    hog = (  # in a session of its own: its worker processes are killed with it
         subprocess.Popen(
             [sys.executable, str(W / "cpu_hog.py"), "--procs", str(a.hogs), "--seconds", "36000"],
             preexec_fn=lambda: os.sched_setaffinity(0, cores or set()),
+            start_new_session=True,
         )
         if a.hogs
         else None
@@ -267,7 +296,7 @@ def main() -> int:
         return stress(a, modes, argv, cwd, preload, cores)
     finally:
         if hog is not None:
-            hog.kill()
+            os.killpg(hog.pid, signal.SIGKILL)
             hog.wait()
 
 

@@ -364,7 +364,6 @@ def rank(
             f"(a wait for the slowest rank included), {_ms(b.overlapped_comm_ns)} hidden under compute",
             "no lever: NCCL's documentation files its algorithm, protocol, channel and buffer-size "
             "variables under Debugging (for experiments, not production); gitmd keeps none of them",
-            kernel_time=True,
         )
     if resid is not None and resid.excess_ns > 0:
         explained = sum(c.cost_ns for c in out.causes if c.name in ("cotenant", "throttling", "power_cap"))

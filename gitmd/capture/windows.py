@@ -61,10 +61,10 @@ def process_alive(pid: int, ticks: int) -> bool:
 
 
 def empty_window_note(pid: int, before: int, syncs: int) -> str:
-    """A window in which a process that launched kernels in earlier ones, and lives on, delivered
-    none: CUPTI gave no activity record (H200 2026-12-04: a contended launch-bound job's windows 3-9,
-    its syncs still recorded). Nothing of it is analysed; the shim's own lines (GITM_SHIM_DEBUG=1 in
-    the job's environment) say what CUPTI did."""
+    """A window the shim opened in a process that launched kernels in earlier ones, lives on and
+    synchronized in it, but delivered no kernel: CUPTI gave no activity record (H200 2026-12-04: a
+    contended launch-bound job's windows 3-9, its syncs still recorded). Nothing of it is analysed;
+    the shim's own lines (GITM_SHIM_DEBUG=1 in the job's environment) say what CUPTI did."""
     return (
         f"pid {pid}: no kernel record in this window ({syncs} syncs) though its earlier windows held "
         f"{before}: CUPTI delivered none (GITM_SHIM_DEBUG=1 in the job's environment shows the shim's view)"
@@ -82,6 +82,7 @@ class ProcessCapture:
     last: RingStatus | None = None
     rank: Rank | None = None  # its rank in a distributed job (torchrun's or Slurm's variables)
     kernels_before: int = 0  # kernel records its earlier windows delivered
+    windows_opened: int = 0  # the shim's count of windows it opened, at the end of the last one
 
     @property
     def alive(self) -> bool:
@@ -459,9 +460,16 @@ class CaptureManager:
                     continue
                 if status.status in ("stepped_aside", "off"):
                     notes.append(f"pid {status.pid}: {status.status}: {status.reason}")
-                elif not len(decoded.kernels) and pc.kernels_before and pc.alive:
+                elif (
+                    not len(decoded.kernels)
+                    and pc.kernels_before
+                    and len(decoded.syncs)  # it was at work in the window: not a helper gone idle
+                    and status.windows_opened > pc.windows_opened  # the shim opened this window
+                    and pc.alive
+                ):
                     notes.append(empty_window_note(pc.ring.pid, pc.kernels_before, len(decoded.syncs)))
                 pc.kernels_before += len(decoded.kernels)
+                pc.windows_opened = status.windows_opened
                 procs.append(ProcessWindow(pc.ring.pid, status, decoded, pairs))
             result = WindowResult(job_id, window_id, start_real, end_real, procs, notes, context)
             jc.windows += 1

@@ -98,18 +98,40 @@ class Choose:
         if report is None:
             return "its window could not be analysed"
         earlier = self.attribute.earlier_causes(job, report)
-        # the largest cause some lever addresses (exposed communication and unexplained kernel
-        # slowdowns have none: a DDP job whose collectives take most of its step is still helped
-        # with what comes after them)
-        top = next((c for c in report.causes if c.above_threshold and c.name in earlier and c.levers), None)
-        if top is None:
+        # the causes some lever addresses, largest first (exposed communication and unexplained
+        # kernel slowdowns have none: a DDP job whose collectives take most of its step is still
+        # helped with what comes after them); a cause whose levers are all out of reach here (launch
+        # levers only, tried already) gives way to the next
+        causes = [c for c in report.causes if c.above_threshold and c.name in earlier and c.levers]
+        if not causes:
             return self.no_cause(report, earlier)
         # One try per (job, lever), also across gitmd restarts: the experiments table remembers.
         st.tried |= {e.lever for e in d.experiments.of_job(job_id)}
         # decided on an earlier run of its workload and not kept: not tried again (each try costs a run)
         reverted = {n for n, s in d.experiments.workload_levers(job.workload_id).items() if s == "reverted"}
-        skipped = []
         record = d.experiments.lever_record()
+        said = []
+        for top in causes:
+            none_because = self._live_on(job, top, report, reverted, record)
+            if none_because is None:
+                return ""
+            said.append(f"{top.name}: {none_because}")
+        return "; ".join(said)
+
+    def _live_on(
+        self,
+        job: Job,
+        top: Cause,
+        report: WindowReport,
+        reverted: set[str],
+        record: dict[str, tuple[int, int]],
+    ) -> str | None:
+        """A live trial of one of ``top``'s levers, the likeliest to be kept here first (their record
+        on this host): None once one started (or the job's experiment slot was taken meanwhile), else
+        why none of them could."""
+        d, cfg, job_id = self.d, self.d.config.experiments, job.id
+        st = d.states.of(job_id)
+        skipped = []
         # the cause's levers, the likeliest to be kept here first (their record on this host)
         for name in sorted(top.levers, key=lambda n: -likelihood(record.get(n))):
             if name not in cfg.live_levers:
@@ -133,12 +155,12 @@ class Choose:
                 continue
             with d.states.exp_lock:
                 if st.experiment is not None:
-                    return ""
+                    return None
                 log.info("job %s: %s costs %.0f%% of its time; trying %s",
                          job_id, top.name, 100 * top.share, lever.describe())  # fmt: skip
                 self.trials.start_live(job_id, lever, top.name, reach(report, name))
-            return ""
-        return f"{top.name}: " + ("; ".join(skipped) or "no live lever addresses it")
+            return None
+        return "; ".join(skipped) or "no live lever addresses it"
 
     def no_time_for_a_pair(self, job: Job) -> str:
         """Why the run has no time left for one pair of a live trial's windows ("" : it may have):
@@ -177,16 +199,22 @@ class Choose:
 
     @staticmethod
     def no_cause(report: WindowReport, earlier: set[str]) -> str:
-        now = [c.name for c in report.causes if c.above_threshold]
+        now = [c for c in report.causes if c.above_threshold]
         if not now:
             return "no cause above threshold in its latest window"
-        bare = [c.name for c in report.causes if c.above_threshold and c.name in earlier and not c.levers]
-        if bare and not [c for c in report.causes if c.above_threshold and c.name in earlier and c.levers]:
-            return f"{', '.join(bare)} above threshold in two windows in a row, and no lever addresses it"
-        return (
-            f"{', '.join(now)} above threshold in its latest window, not in the one before "
-            f"({', '.join(sorted(earlier)) or 'none'}): a cause must show in two windows in a row"
-        )
+        bare = [c.name for c in now if c.name in earlier and not c.levers]
+        pending = [c.name for c in now if c.name not in earlier]
+        said = []
+        if bare:
+            said.append(
+                f"{', '.join(bare)} above threshold in two windows in a row, and no lever addresses it"
+            )
+        if pending:
+            said.append(
+                f"{', '.join(pending)} above threshold in its latest window, not in the one before "
+                f"({', '.join(sorted(earlier)) or 'none'}): a cause must show in two windows in a row"
+            )
+        return "; ".join(said) or "no cause a lever addresses in two windows in a row"
 
     def launch(self, job_id: str) -> str:
         """After a duty window: a cause above threshold that a launch lever addresses plans a
@@ -224,7 +252,7 @@ class Choose:
         record = d.launch_trials.lever_record()
         best: tuple[float, float, Cause, EnvLever] | None = None
         for cause in report.causes:
-            if not cause.above_threshold or cause.name not in earlier:
+            if not cause.above_threshold or cause.name not in earlier or not cause.levers:
                 continue
             seen = True
             if cause.name in live_on:

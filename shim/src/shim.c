@@ -558,7 +558,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             n++;
         }
         __atomic_fetch_add(&g.ring.hdr->buffers_completed, 1, __ATOMIC_RELAXED);
-        DEBUG("buffer completed: %zu records (%zu bytes), window %u", n, valid, g.window_id);
+        DEBUG("buffer completed: %zu records (%zu bytes), window %u", n, valid,
+              __atomic_load_n(&g.window_id, __ATOMIC_RELAXED));
     }
     free(buffer);
 }

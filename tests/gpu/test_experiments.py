@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,15 @@ def start(d: Daemon, name: str, *args: str) -> tuple[subprocess.Popen[str], subp
     hog = subprocess.Popen(
         ["taskset", "-c", "2,3", sys.executable, str(W / "cpu_hog.py"), "--procs", "6", "--seconds", "400"]
     )
+    # its stderr to a file, not a pipe read only at its end: under GITM_SHIM_DEBUG=1 the shim's lines
+    # would fill a pipe and block CUPTI's and the shim's threads in write(2)
+    err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - read at the test's end (keep_job_output)
     job = subprocess.Popen(
         ["taskset", "-c", "2,3", *command("gitmctl"), "--socket", str(d.socket), "run", "--name", name, "--",
          sys.executable, str(W / "launch_bound.py"), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=err, text=True,
     )  # fmt: skip
+    job.err_file = err  # type: ignore[attr-defined]
     return job, hog
 
 
@@ -128,8 +133,12 @@ def keep_log(d: Daemon, name: str) -> None:
             shutil.copytree(kept, Path(o, f"{Path(name).stem}-windows"), dirs_exist_ok=True)
 
 
-def keep_job_output(name: str, stdout: str, stderr: str) -> None:
+def keep_job_output(name: str, stdout: str, job: subprocess.Popen[str]) -> None:
     """The job's own output (the shim's lines too, under GITM_SHIM_DEBUG=1) next to the test's."""
+    err = job.err_file  # type: ignore[attr-defined]
+    err.seek(0)
+    stderr = err.read()
+    err.close()
     o = os.environ.get("GITMD_GPU_OUT")
     if o:
         Path(o, f"job-{name}.log").write_text(f"{stdout[-100_000:]}\n--- stderr ---\n{stderr[-400_000:]}")
@@ -170,8 +179,8 @@ def test_cpu_affinity_is_promoted_on_a_contended_running_job(gpu_daemon: Daemon)
         keep_log(d, "gitmd-promote.log")
         hog.kill()
         job.send_signal(signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=60)
-        keep_job_output("contended", stdout, stderr)
+        stdout, _ = job.communicate(timeout=60)
+        keep_job_output("contended", stdout, job)
 
 
 @pytest.mark.timeout(420)

@@ -183,7 +183,8 @@ def test_a_window_in_which_a_kernel_launching_process_delivered_none_says_so(
 ) -> None:
     """H200 2026-12-04: a contended launch-bound job's windows 3-9 held its syncs but no kernel record
     (CUPTI delivered none). Such a window says so, naming the process; its first window (nothing
-    before it) and windows with kernels say nothing."""
+    before it), windows with kernels, a window with no sync either (a helper process gone idle) and
+    one the shim never opened (its count of opened windows did not move) say nothing."""
     import pytest
 
     from gitmd.capture import windows
@@ -195,15 +196,31 @@ def test_a_window_in_which_a_kernel_launching_process_delivered_none_says_so(
     _live_ring(job_dir, write_ring)
     kernels = recs("kernels", [(i * 1000, i * 1000 + 500) for i in range(30)])
     syncs = recs("syncs", [(0, 10), (50, 60)])
-    delivered = iter([decoded(), decoded(kernels=kernels), decoded(syncs=syncs), decoded(kernels=kernels)])
-    monkeypatch.setattr(windows, "drain_decode", lambda *a, **k: next(delivered))
+    # (what the window delivered, whether the shim opened it)
+    windows_seen = [
+        (decoded(), True),
+        (decoded(kernels=kernels), True),
+        (decoded(syncs=syncs), True),
+        (decoded(kernels=kernels), True),
+        (decoded(), True),
+        (decoded(syncs=syncs), False),
+    ]
+    delivered = iter(windows_seen)
+
+    def drain(ring: Ring, *a: object, **k: object) -> object:
+        got, opened = next(delivered)
+        if opened:  # as the shim counts the windows it opens
+            ring.hdr["windows_opened"] = int(ring.hdr["windows_opened"]) + 1
+        return got
+
+    monkeypatch.setattr(windows, "drain_decode", drain)
     mgr = CaptureManager(abi.load(), ("kernel",), 250)
     mgr.track("j", job_dir)
     try:
-        got = [mgr.capture("j", 0.05, ack_timeout_s=0.01).notes for _ in range(4)]
+        got = [mgr.capture("j", 0.05, ack_timeout_s=0.01).notes for _ in windows_seen]
     finally:
         mgr.untrack("j")
     said = [[n for n in notes if "no kernel record" in n] for notes in got]
-    assert said[0] == said[1] == said[3] == []
+    assert said[0] == said[1] == said[3] == said[4] == said[5] == []
     (note,) = said[2]
     assert f"pid {os.getpid()}" in note and "(2 syncs)" in note and "held 30" in note

@@ -559,3 +559,35 @@ def test_a_cause_no_lever_addresses_does_not_hide_the_next_one(tmp_path: Path) -
     shown.append([comm, host])
     svc.loop.choose.live(job_id)
     assert tried == ["host_contention"]
+
+
+def test_a_cause_whose_levers_are_all_out_of_reach_gives_way_to_the_next(tmp_path: Path) -> None:
+    """fp32 GEMMs on top (TF32 is a launch lever, not live) and host contention beneath: the live
+    trial goes to host contention's lever. The launch planner says why nothing was planned for a
+    job whose only repeated cause has no lever."""
+    from gitmd.levers.registry import make as make_lever
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    svc.jobs.set_workload(job_id, "w1")
+    svc.states.of(job_id).steady = True
+    fp32 = Cause("fp32_gemm", 3e6, 0.5, 0.7, ("x",), LEVERS["fp32_gemm"], True)
+    host = Cause("host_contention", 1e6, 0.2, 0.7, ("x",), LEVERS["host_contention"], True)
+    comm = Cause("communication", 1e6, 0.3, 0.6, ("x",), LEVERS["communication"], True)
+    shown = [[fp32, host]]
+    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(  # type: ignore[method-assign,assignment]
+        window_id=len(shown), causes=shown[-1], notes=[], processes=[], cause_pid=0
+    )
+    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
+    tried: list[str] = []
+    svc.loop.trials.pool.submit = lambda fn, jid, lever, cause, *rest: tried.append(cause)  # type: ignore[method-assign,assignment,misc]
+    svc.loop.choose.live(job_id)
+    shown.append([fp32, host])
+    svc.loop.choose.live(job_id)
+    assert tried == ["host_contention"]
+    shown.append([comm])
+    svc.loop.choose.launch(job_id)
+    shown.append([comm])
+    why = svc.loop.choose.launch(job_id)
+    assert "communication above threshold in two windows in a row, and no lever addresses it" in why
