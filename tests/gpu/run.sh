@@ -15,6 +15,9 @@
 # or blocking_sync" took 303 s. Each test's time is in the log (--durations=0).
 # The fleet's test (GPU_TESTS_K=fleet, about 4 minutes: a tune, then two runs) needs PostgreSQL: the
 # GPU host has none, the carried .whl/ brings the pgserver wheel's server and psycopg.
+# GPU_TESTS_K=nccl: DDP over NCCL, one rank per GPU (tests/gpu/test_ranks_nccl.py); it needs two GPUs
+# (the device tool's nvidia-h200-x2) and skips on one. Not run yet (2026-12-04).
+# GPU_TESTS_K=cpu_affinity with GITM_SHIM_DEBUG=1: the shim's own lines land in OUTDIR/job-contended.log.
 # Installs the carried wheels (.whl/, from `make gpu-wheels`) into /tmp/site, uses the carried
 # generated protobuf code (gitmd/api/_generated), runs the parts, writes full logs to OUTDIR and
 # prints a short table last. Never changes the card's settings.
