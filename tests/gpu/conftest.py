@@ -7,13 +7,20 @@ import pytest
 from tests.integration.conftest import daemon_factory, short_tmp  # noqa: F401 - fixtures
 
 
+def gpu_count() -> int:
+    """NVIDIA GPUs NVML sees here; raises when NVML cannot answer."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _nvml_reason() -> str | None:
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        n = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
+        n = gpu_count()
     except Exception as e:
         return f"no NVIDIA GPU here ({e})"
     return None if n else "NVML reports 0 GPUs"

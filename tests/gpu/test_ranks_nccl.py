@@ -21,41 +21,22 @@ from typing import Any
 
 import pytest
 
+from tests.gpu.conftest import gpu_count
 from tests.gpu.test_capture import PROGRAMS, start_job, wait_processes
-from tests.gpu.test_experiments import experiments, keep_log, out
+from tests.gpu.test_experiments import CONFIG, experiments, keep_log, out
 from tests.integration.conftest import ROOT, Daemon, ctl, ctl_json, free_port
 
 
-def gpu_count() -> int:
+def two_gpus() -> bool:
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
+        return gpu_count() >= 2
     except Exception:
-        return 0
+        return False
 
 
-pytestmark = pytest.mark.skipif(gpu_count() < 2, reason="needs two GPUs (nvidia-h200-x2)")
+pytestmark = pytest.mark.skipif(not two_gpus(), reason="needs two GPUs (nvidia-h200-x2)")
 HOG = ROOT / "bench" / "workloads" / "cpu_hog.py"
 PIN = "2,3"
-CONFIG = """
-[telemetry]
-backend = "nvml"
-[metrics]
-port = {port}
-[capture]
-keep_windows = 8
-window_every_s = 2
-window_duration_s = 1.0
-settle_s = 0
-[experiments]
-rounds = 4
-settle_s = 0.5
-"""
 
 
 def torchrun(*args: str) -> list[str]:

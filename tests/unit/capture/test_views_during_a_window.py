@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gitmd.capture import abi
+from gitmd.capture.process import ProcessCapture
 from gitmd.capture.ring import Ring
-from gitmd.capture.windows import CaptureManager, ProcessCapture
+from gitmd.capture.windows import CaptureManager
 from tests.unit.capture.test_shrunk_ring import _live_ring
 
 

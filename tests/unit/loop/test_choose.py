@@ -529,26 +529,34 @@ def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
     assert got <= idle_share(main.breakdown) + 1e-9
 
 
-def test_a_cause_no_lever_addresses_does_not_hide_the_next_one(tmp_path: Path) -> None:
-    """A DDP job's exposed collectives (`communication`, no lever: NCCL's tuning variables are for
-    experiments only) can be its largest cause; the live trial goes to the largest cause a lever
-    addresses. With nothing else above threshold, choose says that no lever addresses it."""
+def steady_job(tmp_path: Path, name: str) -> tuple[Service, str, list[list[Cause]], list[str]]:
+    """A steady job with a workload whose windows show ``shown[-1]`` (append to show the next), every
+    live lever acting (sched_priority), and the causes live trials start on in ``tried``."""
     from gitmd.levers.registry import make as make_lever
 
     svc = make_service(tmp_path)
-    view, _ = svc.register_job(Registration("ddp", ("torchrun", "t.py"), "/srv", os.getuid(), os.getgid()))
+    view, _ = svc.register_job(Registration(name, ("python", f"{name}.py"), "/srv", os.getuid(), os.getgid()))
     job_id = view.job.id
     svc.jobs.set_workload(job_id, "w1")
     svc.states.of(job_id).steady = True
-    comm = Cause("communication", 3e6, 0.4, 0.6, ("x",), LEVERS["communication"], True)
-    host = Cause("host_contention", 1e6, 0.2, 0.7, ("x",), LEVERS["host_contention"], True)
-    shown = [[comm]]
+    shown: list[list[Cause]] = []
     svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(  # type: ignore[method-assign,assignment]
         window_id=len(shown), causes=shown[-1], notes=[], processes=[], cause_pid=0
     )
     svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
     tried: list[str] = []
     svc.loop.trials.pool.submit = lambda fn, jid, lever, cause, *rest: tried.append(cause)  # type: ignore[method-assign,assignment,misc]
+    return svc, job_id, shown, tried
+
+
+def test_a_cause_no_lever_addresses_does_not_hide_the_next_one(tmp_path: Path) -> None:
+    """A DDP job's exposed collectives (`communication`, no lever: NCCL's tuning variables are for
+    experiments only) can be its largest cause; the live trial goes to the largest cause a lever
+    addresses. With nothing else above threshold, choose says that no lever addresses it."""
+    svc, job_id, shown, tried = steady_job(tmp_path, "ddp")
+    comm = Cause("communication", 3e6, 0.4, 0.6, ("x",), LEVERS["communication"], True)
+    host = Cause("host_contention", 1e6, 0.2, 0.7, ("x",), LEVERS["host_contention"], True)
+    shown.append([comm])
     svc.loop.choose.live(job_id)
     shown.append([comm])
     why = svc.loop.choose.live(job_id)
@@ -565,23 +573,11 @@ def test_a_cause_whose_levers_are_all_out_of_reach_gives_way_to_the_next(tmp_pat
     """fp32 GEMMs on top (TF32 is a launch lever, not live) and host contention beneath: the live
     trial goes to host contention's lever. The launch planner says why nothing was planned for a
     job whose only repeated cause has no lever."""
-    from gitmd.levers.registry import make as make_lever
-
-    svc = make_service(tmp_path)
-    view, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
-    job_id = view.job.id
-    svc.jobs.set_workload(job_id, "w1")
-    svc.states.of(job_id).steady = True
+    svc, job_id, shown, tried = steady_job(tmp_path, "j")
     fp32 = Cause("fp32_gemm", 3e6, 0.5, 0.7, ("x",), LEVERS["fp32_gemm"], True)
     host = Cause("host_contention", 1e6, 0.2, 0.7, ("x",), LEVERS["host_contention"], True)
     comm = Cause("communication", 1e6, 0.3, 0.6, ("x",), LEVERS["communication"], True)
-    shown = [[fp32, host]]
-    svc.loop.attribute.report = lambda job, window_id=0: SimpleNamespace(  # type: ignore[method-assign,assignment]
-        window_id=len(shown), causes=shown[-1], notes=[], processes=[], cause_pid=0
-    )
-    svc.loop.targets.live_lever = lambda name, job: make_lever("sched_priority", nice=-5)  # type: ignore[method-assign]
-    tried: list[str] = []
-    svc.loop.trials.pool.submit = lambda fn, jid, lever, cause, *rest: tried.append(cause)  # type: ignore[method-assign,assignment,misc]
+    shown.append([fp32, host])
     svc.loop.choose.live(job_id)
     shown.append([fp32, host])
     svc.loop.choose.live(job_id)
