@@ -34,21 +34,26 @@ class RunHistory:
             ).fetchall()
             return [float(r[0]) for r in rows]
 
-    def observation_record(self, launch_key: str, before_ns: int) -> tuple[int, int, int]:
-        """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history):
-        how many had a capture window, how many runs came after the newest of those (all of them
-        when none had one), and when that newest one was registered (0: none)."""
+    def observation_record(
+        self, launch_key: str, before_ns: int, command: tuple[tuple[str, ...], str] | None = None
+    ) -> tuple[int, int, int]:
+        """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history),
+        or of those with this exact ``command`` (its words, its directory): how many had a capture
+        window, how many runs came after the newest of those (all of them when none had one), and
+        when that newest one was registered (0: none)."""
         if not launch_key:
             return 0, 0, 0
         ended = "launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost')"
+        args: list[object] = [launch_key, before_ns]
+        if command is not None:
+            ended += " AND command = ? AND cwd = ?"
+            args += [json.dumps(list(command[0])), command[1]]
         with self.store.reading() as db:
             observed, last = db.conn.execute(
-                f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0",
-                [launch_key, before_ns],
+                f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0", args
             ).fetchone()
             (since,) = db.conn.execute(
-                f"SELECT COUNT(*) FROM jobs WHERE {ended} AND created_ns > ?",
-                [launch_key, before_ns, last or 0],
+                f"SELECT COUNT(*) FROM jobs WHERE {ended} AND created_ns > ?", [*args, last or 0]
             ).fetchone()
         return int(observed), int(since), int(last or 0)
 

@@ -1,7 +1,18 @@
 """Launch keys: what makes two launches "the same job" before any kernel has run.
 
-The script (python, torchrun...) or the executable identifies the workload; options and arguments
-(batch size, epochs, seeds, data paths) do not, so a recurring job keeps its key across them.
+The program a command runs identifies the workload: a Python script, module or ``-c`` code, a shell
+script, or an executable. Options and arguments (batch size, epochs, seeds, data paths) do not, so a
+recurring job keeps its key across them. What only starts another program is looked through to the
+program it starts: Python's launchers (``torchrun``, ``python -m torch.distributed.run``,
+``accelerate launch``, ``python -m cProfile``...), and wrappers such as ``env``, ``numactl``,
+``srun``, ``nohup`` or ``uv run`` in front of a Python or shell command.
+
+A command in which no one program can be named (``bash`` alone, ``python`` with no script, a
+wrapper in front of something this module does not read) gets a *generic* key: the interpreter or
+wrapper it starts with. A generic key still keys the job's run history and crash suspicion (over-broad
+there, which is the safe side), but never resolves to a workload: ``bash a.sh`` and ``bash b.sh``
+both keyed ``bash`` made one workload of two programs, so one's policy was applied at the other's
+launch and one's runs became arms of the other's launch trials.
 """
 
 from __future__ import annotations
@@ -11,31 +22,140 @@ import os
 import re
 
 _PYTHON = re.compile(r"^(python[\d.]*|pypy[\d.]*)$")
-_LAUNCHERS = {"torchrun", "accelerate", "deepspeed", "python-m-torch.distributed.run"}
+# executables that run a Python script or module named later on their command line
+_LAUNCHERS = {"torchrun", "accelerate", "deepspeed"}
+# `python -m MODULE ...` where MODULE runs a script or module named after it
+_RUNNER_MODULES = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "deepspeed.launcher.runner",
+    "torch.utils.bottleneck",
+    "cProfile",
+    "profile",
+    "pdb",
+    "trace",
+    "coverage",
+    "memray",
+    "scalene",
+    "pyinstrument",
+    "viztracer",
+    "debugpy",
+}
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+_SHELL_VALUE_OPTIONS = {"-o", "+o", "-O", "+O"}
+# commands that run another command given later on their command line (with options of their own)
+_WRAPPERS = {
+    "env",
+    "nohup",
+    "time",
+    "nice",
+    "ionice",
+    "setsid",
+    "stdbuf",
+    "chrt",
+    "taskset",
+    "numactl",
+    "timeout",
+    "sudo",
+    "srun",
+    "mpirun",
+    "mpiexec",
+    "uv",
+    "poetry",
+    "pipenv",
+    "pixi",
+    "hatch",
+    "conda",
+    "mamba",
+    "micromamba",
+    "apptainer",
+    "singularity",
+    "nsys",
+    "ncu",
+}
 
 
 def _absolute(cwd: str, path: str) -> str:
     return os.path.normpath(path if os.path.isabs(path) or not cwd else os.path.join(cwd, path))
 
 
+def _is_python(word: str) -> bool:
+    return bool(_PYTHON.match(os.path.basename(word)))
+
+
 def _python_target(command: list[str]) -> tuple[str, str] | None:
     """What a python (or launcher) command line runs: ("-m", module), ("-c", code) or ("script",
     path); ("", "") when none is named; None when the command is no python one."""
-    if not _PYTHON.match(os.path.basename(command[0])) and os.path.basename(command[0]) not in _LAUNCHERS:
+    if not _is_python(command[0]) and os.path.basename(command[0]) not in _LAUNCHERS:
         return None
     args = command[1:]
-    for i, a in enumerate(args):
+    i = 0
+    while i < len(args):
+        a = args[i]
         if a in ("-m", "-c") and i + 1 < len(args):
+            if a == "-m" and args[i + 1] in _RUNNER_MODULES:
+                i += 2  # a launcher module: the program is the one it is given
+                continue
             return a, args[i + 1]
         if a.endswith(".py") and not a.startswith("-"):
             return "script", a
+        i += 1
     return "", ""
 
 
-def launch_key(command: list[str], cwd: str) -> str:
+def _wrapped(command: list[str]) -> list[str] | None:
+    """The command a wrapper (``env``, ``numactl``, ``srun``...) runs: from its first word that is
+    a Python interpreter, a Python launcher, a shell or a ``.py`` script; None when there is none
+    (a wrapper's options take values, so nothing else is taken for the command)."""
+    for i, a in enumerate(command[1:], start=1):
+        base = os.path.basename(a)
+        if _is_python(a) or base in _LAUNCHERS or base in _SHELLS:
+            return command[i:]
+        if a.endswith(".py") and not a.startswith("-") and "=" not in a:
+            return ["python", *command[i:]]  # `uv run train.py`: the script itself
+    return None
+
+
+def _shell_target(command: list[str]) -> tuple[str, str]:
+    """What a shell command line runs: ("-c", code), ("script", path), or ("", "")."""
+    args = command[1:]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-c" and i + 1 < len(args):
+            return "-c", args[i + 1]
+        if a in _SHELL_VALUE_OPTIONS:
+            i += 2
+            continue
+        if a == "--":
+            return ("script", args[i + 1]) if i + 1 < len(args) else ("", "")
+        if not a.startswith(("-", "+")):
+            return "script", a
+        i += 1
+    return "", ""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def launch_key(command: list[str], cwd: str, _depth: int = 0) -> str:
     if not command:
         return ""
     exe = os.path.basename(command[0])
+    if exe in _WRAPPERS and _depth < 4:
+        inner = _wrapped(command)
+        if inner is not None:
+            return launch_key(inner, cwd, _depth + 1)
+        return exe  # generic: a wrapper around something not read here
+    if exe in _SHELLS:
+        kind, what = _shell_target(command)
+        if kind == "-c":
+            return f"{exe} -c {_digest(what)}"
+        return f"{exe} {_absolute(cwd, what)}" if kind == "script" else exe
+    if command[0].endswith(".py") and not _is_python(command[0]):
+        return "python " + _absolute(cwd, command[0])  # a script run by its #! line: `python x.py` too
     target = _python_target(command)
     if target is None:
         return _absolute(cwd, command[0]) if "/" in command[0] else command[0]
@@ -43,19 +163,56 @@ def launch_key(command: list[str], cwd: str) -> str:
     if kind == "-m":
         return f"python -m {what}"
     if kind == "-c":
-        return "python -c " + hashlib.sha1(what.encode()).hexdigest()[:12]
+        return "python -c " + _digest(what)
     return "python " + _absolute(cwd, what) if kind == "script" else f"python {exe}"
 
 
+COMMAND_SEP = " #command:"
+
+
+def command_key(key: str, command: list[str], cwd: str) -> str:
+    """The launch key narrowed to one exact command line in one directory ("" for a generic key):
+    what resolves a launch and joins a run to a workload when the launch key alone is not enough
+    (a script whose arguments choose the program it runs: timm's benchmark.py --model X)."""
+    if not key or generic(key):
+        return ""
+    text = "\0".join([cwd, *command])
+    return f"{key}{COMMAND_SEP}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
+def _unowned(key: str) -> str:
+    key = key.split(COMMAND_SEP, 1)[0]
+    return key.split(" ", 1)[1] if key.startswith("uid:") and " " in key else key
+
+
 def names_program(key: str) -> bool:
-    """The key (owned or not) names one program, not just the interpreter or executable that ran
-    it: a Python script, module or -c code. A shell, a compiled launcher or a bare interpreter
-    (`bash`, `python python3`) names every program it runs alike."""
-    key = key.split(" ", 1)[1] if key.startswith("uid:") and " " in key else key
-    if not key.startswith("python "):
+    """The key (owned or not) names one program by its source, not just the interpreter or
+    executable that ran it: a Python script, module or -c code, or a shell script or -c code. A
+    run whose fingerprint matches no workload may join the one such a key names (library.observe).
+    An executable's path is not enough for that (a compiled launcher runs whatever its arguments
+    say), nor is a bare interpreter (`bash`, `python python3`)."""
+    key = _unowned(key)
+    word, _, what = key.partition(" ")
+    if word == "python":
+        return what.startswith(("-m ", "-c ")) or what.endswith(".py")
+    if word in _SHELLS:
+        return what.startswith("-c ") or what.startswith("/")
+    return False
+
+
+def generic(key: str) -> bool:
+    """The key (owned or not) names no one program: a shell, interpreter, launcher or wrapper with
+    no program of its own read from the command line (`bash`, `python python3`, `srun`). Such a key
+    never resolves to a workload (library.by_launch_key)."""
+    key = _unowned(key)
+    if not key:
+        return True
+    word, _, what = key.partition(" ")
+    if word == "python":
+        return not names_program(key)
+    if what:
         return False
-    what = key[len("python ") :]
-    return what.startswith(("-m ", "-c ")) or what.endswith(".py")
+    return word in _SHELLS or word in _WRAPPERS or word in _LAUNCHERS or bool(_PYTHON.match(word))
 
 
 def owned(uid: int, key: str) -> str:
@@ -64,13 +221,22 @@ def owned(uid: int, key: str) -> str:
     return f"uid:{uid} {key}" if key else ""
 
 
-def default_name(command: list[str]) -> str:
-    """A job's name when none is given: the script for python and its launchers (`train` for
-    `python3 train.py`, the module for `-m`), else the executable's basename. Every Python job was
-    named `python3` before (hardening issue, item 11)."""
+def default_name(command: list[str], _depth: int = 0) -> str:
+    """A job's name when none is given: the program it runs (`train` for `python3 train.py`, for
+    `torchrun ... train.py` and for `srun python train.py`, the module for `-m`, `run` for
+    `bash run.sh`), else the executable's basename. Every Python job was named `python3` before
+    (hardening issue, item 11)."""
     if not command:
         return ""
     exe = os.path.basename(command[0])
+    if exe in _WRAPPERS and _depth < 4:
+        inner = _wrapped(command)
+        return default_name(inner, _depth + 1) if inner is not None else exe
+    if exe in _SHELLS:
+        kind, what = _shell_target(command)
+        return os.path.basename(what).removesuffix(".sh") or exe if kind == "script" else exe
+    if command[0].endswith(".py") and not _is_python(command[0]):
+        return exe[: -len(".py")] or exe
     kind, what = _python_target(command) or ("", "")
     if kind == "-m":
         return what

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
-from gitmd.jobs.launch_key import launch_key, owned
+from gitmd.jobs.launch_key import command_key, launch_key, owned
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
@@ -57,14 +57,16 @@ class Launch:
         want_capture = reg.capture and d.capture is not None
         found: dict[str, Workload] = {}
         looked: dict[str, Workload | None] = {}  # one library lookup a key per registration
+        sure: dict[str, bool] = {}  # whether the launch is surely a run of it (workload_at_launch)
         suspect = None
         if want_capture:
             key = owned(reg.uid, reg.launch_key or launch_key(list(reg.command), reg.cwd))
-            w0 = looked[key] = d.library.by_launch_key(key)
+            w0, sure[key] = self.workload_at_launch(key, reg)
+            looked[key] = w0
             suspect = d.crashes.find(w0.id if w0 else "", key)
             if suspect is not None:
                 want_capture = False  # run plainly until one run ends clean (gitmd/store/crashes.py)
-            if w0 is not None and not reg.contract.checks:
+            if w0 is not None and not reg.contract.checks and sure[key]:
                 # this user's contract for the workload, given once (`gitmctl library contract`):
                 # numerics-changing levers may be tried on this run, its stdout metric compared
                 given, _ = d.library.contract(w0.id, reg.uid)
@@ -72,7 +74,9 @@ class Launch:
                     reg = dataclasses.replace(reg, contract=given)
 
         def resolve(key: str) -> str:
-            w = looked[key] if key in looked else d.library.by_launch_key(key)
+            if key not in looked:
+                looked[key], sure[key] = self.workload_at_launch(key, reg)
+            w = looked[key]
             if w is not None:
                 found["w"] = w
             return w.id if w else ""
@@ -82,9 +86,10 @@ class Launch:
             d.fleet_miss()  # a library miss: the fleet is asked in the background
         st = d.states.create(job.id)
         workload = found.get("w")
+        surely = any(sure.values())
         if workload is not None:
-            plan = self._known(job, reg, workload, plan)
-        rest = self.observe.rests(job, plan) if plan.capture and d.capture is not None else ""
+            plan = self._known(job, reg, workload, plan, surely)
+        rest = self.observe.rests(job, plan, surely) if plan.capture and d.capture is not None else ""
         if (
             (rest or (plan.capture and plan.trial and st.trial_id is not None))  # no window will open on it
             and st.live is None  # its live levers act on the processes the shim names
@@ -147,6 +152,26 @@ class Launch:
             log.warning("job %s (%s): %s", job.id, job.name, w)
         return job, plan
 
+    def workload_at_launch(self, key: str, reg: Registration) -> tuple[Workload | None, bool]:
+        """The workload a launch is a run of, before any kernel has run, and whether it is one
+        (the registration's lookup goes through here twice: the bool is True whenever a workload
+        is returned, and when the launcher named the key). Its policy and its user's consent come
+        with the launch, and its runs may go without the shim (a resting run, a launch trial's arm:
+        never fingerprinted, so another program would pass for the workload unseen). It is the
+        workload the launch's exact command line in its directory last ran as (its fingerprint
+        linked it: launch_key.command_key); or the one the key names when the key was stated: by
+        the launcher (`--launch-key`: the user or scheduler says what makes runs the same job), or
+        for the workload by an admin's import or the fleet. A key read from the command alone does
+        not resolve: one script runs other programs by its arguments (timm's benchmark.py --model X
+        is six of the corpus's programs), and the key's last workload came with the next model's
+        launch. A command line not seen before is observed, and its fingerprint decides."""
+        d = self.d
+        w = d.library.by_launch_key(command_key(key, list(reg.command), reg.cwd))
+        if w is not None or reg.launch_key:
+            return w or d.library.by_launch_key(key), True
+        w = d.library.by_launch_key(key, given=True)
+        return w, w is not None
+
     def _gpus(self, gpus: tuple[int, ...]) -> tuple[int, ...]:
         """The job's GPUs by this host's index (nvidia-smi's), each once, in order; an index this host
         does not have is refused."""
@@ -159,9 +184,12 @@ class Launch:
             )
         return tuple(sorted(set(gpus)))
 
-    def _known(self, job: Job, reg: Registration, workload: Workload, plan: LaunchPlan) -> LaunchPlan:
+    def _known(
+        self, job: Job, reg: Registration, workload: Workload, plan: LaunchPlan, surely: bool
+    ) -> LaunchPlan:
         """A recurring job: its known-good policy comes with the launch, no experiment needed; or it
-        is the next run of its workload's launch trial."""
+        is the next run of its workload's launch trial (only a launch ``surely`` of the workload:
+        workload_at_launch)."""
         d = self.d
         st = d.states.of(job.id)
         policy = workload.active_policy_for(job.uid)
@@ -183,7 +211,13 @@ class Launch:
             policy_status=policy.status if policy else "",
         )
         st.policy_id = policy.id if policy else 0
-        exploring = reg.allow_exploration and plan.capture and d.config.experiments.enabled and not d.pause.on
+        exploring = (
+            reg.allow_exploration
+            and plan.capture
+            and d.config.experiments.enabled
+            and not d.pause.on
+            and surely
+        )
         if exploring and policy is not None and policy.env and self.trials.unconfirmed(policy):
             # from the fleet: confirmed on this node's first runs by a launch trial of it (A without)
             t = d.launch_trials.plan_confirm(
@@ -208,7 +242,7 @@ class Launch:
             if not policy:
                 st.policy_id = live.id
                 plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)
-        if reg.allow_exploration and plan.capture and d.config.experiments.enabled:
+        if reg.allow_exploration and plan.capture and d.config.experiments.enabled and surely:
             plan = self.trials.arm(job, workload.id, plan)
             if self.pub.known(job.id) and not plan.trial:
                 log.info(

@@ -18,6 +18,7 @@ from gitmd.capture.ring import RingStatus
 from gitmd.capture.windows import WindowResult
 from gitmd.jobs.frameworks import frameworks_of
 from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch_key import command_key
 from gitmd.jobs.registry import Job
 from gitmd.loop.cost import attached_model_s
 from gitmd.loop.deps import Deps
@@ -181,7 +182,7 @@ class Observe:
             f"capture.overhead_budget ({100 * c.overhead_budget:.1f}%)"
         )
 
-    def rests(self, job: Job, plan: LaunchPlan) -> str:
+    def rests(self, job: Job, plan: LaunchPlan, surely: bool = True) -> str:
         """Why this run of a recurring program gets no capture window at all ("" : it may get them):
         its program was observed on enough earlier runs, and the backoff says this one is not due
         (capture.reobserve_every, observe_runs). Windows cost a run whatever they find (from its first
@@ -190,7 +191,10 @@ class Observe:
         a run that continues a live trial of its workload (unless that trial's last two runs added
         no pair: ExperimentStore.stalled), carries a live policy that acts through a window or a
         fleet policy to confirm, and every run while observe_runs runs are not yet seen. A launch
-        trial's run gets no window anyway. A resting run goes without the shim (Launch.register)."""
+        trial's run gets no window anyway. A resting run goes without the shim (Launch.register).
+        A launch that is not ``surely`` a run of a workload it resolved to (Launch.workload_at_launch)
+        counts the observed runs of its exact command line only: its script may run another
+        program by these arguments, which would otherwise never be seen."""
         c = self.d.config.capture
         if c.reobserve_every <= 0 or plan.trial or not job.launch_key:
             return ""
@@ -200,7 +204,9 @@ class Observe:
             return ""
         # the backoff first (two indexed counts on every registration); the workload's trials and
         # contract are looked up only for a run it would leave unobserved
-        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        observed, since, last_ns = self.d.jobs.observation_record(
+            job.launch_key, job.created_ns, None if surely else (job.command, job.cwd)
+        )
         if observed < c.observe_runs:
             return ""
         gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
@@ -497,7 +503,12 @@ class Observe:
             if sig is not None:
                 first = not st.fingerprinted
                 workload_id = d.library.observe(
-                    sig, job.launch_key, job.name, new_run=first, owner_uid=job.uid
+                    sig,
+                    job.launch_key,
+                    job.name,
+                    new_run=first,
+                    owner_uid=job.uid,
+                    command_key=command_key(job.launch_key, list(job.command), job.cwd),
                 )
                 st.fingerprinted = True
                 if workload_id != job.workload_id:

@@ -19,7 +19,7 @@ from typing import Any
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
-from gitmd.jobs.launch_key import names_program
+from gitmd.jobs.launch_key import generic, names_program
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
     FORBIDDEN_ENV,
@@ -64,6 +64,16 @@ __all__ = [
     "export_document",
     "validate_document",
 ]
+
+
+def _give_key(db: Any, key: str, workload_id: str, now: int) -> None:
+    """Link a key someone stated for the workload (an import, the fleet): a key already linked to
+    another workload stays there, one linked to this one is now a given one (by_launch_key)."""
+    db.execute(
+        "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns, given) VALUES (?, ?, ?, 1)",
+        [key, workload_id, now],
+    )
+    db.execute("UPDATE launch_keys SET given = 1 WHERE key = ? AND workload_id = ?", [key, workload_id])
 
 
 class Library:
@@ -143,15 +153,18 @@ class Library:
                 self._workload(db, r) for r in db.query("SELECT * FROM workloads ORDER BY last_seen_ns DESC")
             ]
 
-    def by_launch_key(self, key: str) -> Workload | None:
-        """The workload last seen under this launch key (one indexed lookup)."""
-        if not key:
+    def by_launch_key(self, key: str, given: bool = False) -> Workload | None:
+        """The workload last seen under this launch key (one indexed lookup); none for a key that
+        names no one program (launch_key.generic: `bash`, `srun`), whose runs may be any program.
+        ``given``: only a key someone stated for it (an import, the fleet), not one gitmd linked."""
+        if not key or generic(key):
             return None
         with self.store.reading() as db:
             # conn.execute, not db.query: this runs on every registration, and sqlite-utils wraps
             # each query in a savepoint.
             cur = db.conn.execute(
-                "SELECT w.* FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ?",
+                "SELECT w.* FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ?"
+                + (" AND k.given = 1" if given else ""),
                 [key],
             )
             row = cur.fetchone()
@@ -161,28 +174,36 @@ class Library:
 
     # -- learning ------------------------------------------------------------------------------
     def observe(
-        self, sig: Signature, launch_key: str, name: str, new_run: bool, owner_uid: int | None = None
+        self,
+        sig: Signature,
+        launch_key: str,
+        name: str,
+        new_run: bool,
+        owner_uid: int | None = None,
+        command_key: str = "",
     ) -> str:
-        """The workload this signature belongs to; links the launch key. Only ``owner_uid``'s
-        workloads and the shared ones (an admin's import) are candidates, and a new workload is that
-        user's (migration 0019): one user's runs never feed another's.
+        """The workload this signature belongs to; links the launch key and the command key.
+        Only ``owner_uid``'s workloads and the shared ones (an admin's import) are candidates, and a
+        new workload is that user's (migration 0019): one user's runs never feed another's.
 
         A fingerprint that matches a workload decides. One that matches none joins the workload the
-        launch key already names, when the key names one program (a Python script, module or -c
-        code of this user's: launch_key.names_program; the launch looked its policy up by that key
-        already) and that workload is this user's own: one program is one workload even when a
-        window saw its step differently (a JAX training's runs made two workloads of one program,
-        H200 2026-12-04: nothing learned on the first reached the next). A key that names only an
-        interpreter or shell (`bash`), a shared workload (an import, the fleet's) and a caller of
-        no known user never join this way."""
+        same command line last ran as (``command_key``: launch_key.command_key), when its launch key
+        names one program (a Python script, module or -c code, a shell script of this user's:
+        launch_key.names_program) and that workload is this user's own: one program is one workload
+        even when a window saw its step differently (a JAX training's runs made two workloads of one
+        program, H200 2026-12-04: nothing learned on the first reached the next). The launch key
+        alone does not join: one script runs other programs by its arguments (timm's benchmark.py
+        --model X is six of the corpus's programs), and a run of one joined the workload of
+        another. A shared workload (an import, the fleet's) and a caller of no known user never
+        join this way."""
         now = time.time_ns()
         with self.store.transaction() as db:
             best_id = _best_match(db, sig, owner_uid)
-            if best_id is None and launch_key and owner_uid is not None and names_program(launch_key):
+            if best_id is None and command_key and owner_uid is not None and names_program(launch_key):
                 row = db.execute(
                     "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
                     "WHERE k.key = ? AND w.owner_uid IS ?",
-                    [launch_key, owner_uid],
+                    [command_key, owner_uid],
                 ).fetchone()
                 best_id = row[0] if row is not None else None
             if best_id is None:
@@ -200,13 +221,14 @@ class Library:
                 "UPDATE workloads SET last_seen_ns = ?, run_count = run_count + ? WHERE id = ?",
                 [now, 1 if new_run else 0, best_id],
             )
-            if launch_key:
-                db.execute(
-                    "INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET workload_id = excluded.workload_id, "
-                    "last_seen_ns = excluded.last_seen_ns",
-                    [launch_key, best_id, now],
-                )
+            for key in (launch_key, command_key):
+                if key and not generic(key):  # one that names no program resolves to none
+                    db.execute(
+                        "INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET workload_id = excluded.workload_id, "
+                        "last_seen_ns = excluded.last_seen_ns",
+                        [key, best_id, now],
+                    )
         return best_id
 
     def adopt(self, sig: Signature, name: str, launch_keys: Sequence[str]) -> str:
@@ -241,10 +263,7 @@ class Library:
                     [wid, name, signature_json(sig), now, now, owner],
                 )
             for key in keys:
-                db.execute(
-                    "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?)",
-                    [key, wid, now],
-                )
+                _give_key(db, key, wid, now)
         return wid
 
     # -- operator actions ----------------------------------------------------------------------
@@ -373,10 +392,7 @@ class Library:
                     )
                     added_w += 1
                 for key in w["launch_keys"]:
-                    db.execute(
-                        "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?)",
-                        [key, w["id"], now],
-                    )
+                    _give_key(db, key, w["id"], now)
                 have = {
                     (json.dumps(policy_from_row(r).env, sort_keys=True), r["status"])
                     for r in db.query("SELECT * FROM policies WHERE workload_id = ?", [w["id"]])

@@ -115,6 +115,63 @@ def test_another_user_naming_a_workloads_launch_key_does_not_get_its_policy(tmp_
     assert view.job.launch_key == f"uid:{os.getuid() + 4242} train"
 
 
+def test_a_command_that_names_no_one_program_gets_no_workload_at_launch(tmp_path: Path) -> None:
+    """`bash a.sh` and `bash b.sh` were both keyed `bash` (and `python -m torch.distributed.run
+    a.py` and `... b.py` both that module): the key's last workload came with every launch, so one
+    program's policy (and the user's consent for it) was applied to another's run, and that run
+    took an arm in the other's launch trial. A key that names no one program (launch_key.generic)
+    now resolves to no workload: the run is observed and its fingerprint decides."""
+    from tests.unit.loop.helpers import recurring
+
+    svc = make_service(tmp_path)
+    for key in ("srun", "python python3"):  # as a library written before this held them
+        wid = recurring(svc, key)
+    svc.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.5, (1.2, 1.8))
+    me = (os.getuid(), os.getgid())
+    for command in (("srun", "--ntasks=2", "./solver"), ("python3",)):
+        view, plan = svc.register_job(Registration("", command, "/w", *me))
+        assert view.job.workload_id == "" and plan.policy_id == 0, command
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in plan.env
+    # the program behind a wrapper is named: its own key, which resolves once a run of it is seen
+    view, _ = svc.register_job(Registration("", ("srun", "-n", "2", "python3", "train.py"), "/w", *me))
+    assert view.job.launch_key == f"uid:{os.getuid()} python /w/train.py" and view.job.name == "train"
+
+
+def test_a_script_whose_arguments_choose_the_program_is_resolved_by_its_command_line(tmp_path: Path) -> None:
+    """timm's benchmark.py runs another model by --model (six of the corpus's programs). Resolved by
+    the script alone, each model's launch came with the previous model's workload: its policy at
+    launch, an arm in its launch trial (without the shim, so never fingerprinted). A launch now
+    resolves by its exact command line (its fingerprint linked it), or by a key its launcher gave."""
+    from gitmd.analysis.fingerprint import Signature
+    from gitmd.jobs.launch_key import command_key
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+
+    def reg(model: str) -> Registration:
+        return Registration("", ("python", "benchmark.py", "--model", model), "/w", *me)
+
+    key = f"uid:{os.getuid()} python /w/benchmark.py"
+    view, plan = svc.register_job(reg("resnet18"))
+    assert view.job.launch_key == key and plan.policy_id == 0
+    wid = svc.library.observe(
+        Signature(("conv",), {"conv": 1.0}), key, "benchmark", new_run=True, owner_uid=os.getuid(),
+        command_key=command_key(key, list(reg("resnet18").command), "/w"),
+    )  # fmt: skip
+    svc.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.5, (1.2, 1.8))
+    view, plan = svc.register_job(reg("resnet18"))  # the same command line: its workload's policy
+    assert view.job.workload_id == wid and plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32"
+    view, plan = svc.register_job(reg("vit_small"))  # another model: observed first, no policy
+    assert view.job.workload_id == "" and "CUDA_DEVICE_MAX_CONNECTIONS" not in plan.env
+    given = dataclasses.replace(reg("vit_small"), launch_key="benchmark.py")  # the launcher says
+    svc.library.observe(
+        Signature(("conv",), {"conv": 1.0}), f"uid:{os.getuid()} benchmark.py", "benchmark", new_run=True,
+        owner_uid=os.getuid(),
+    )  # fmt: skip
+    view, plan = svc.register_job(given)
+    assert view.job.workload_id == wid and plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32"
+
+
 def test_a_stored_policy_variable_outside_the_allowlist_is_never_applied(tmp_path: Path) -> None:
     """Hardening issue, item 6: policy variables come from an allowlist (the catalog's own). It was
     checked where a policy comes in (experiments, import, fleet), not at launch: a policy stored

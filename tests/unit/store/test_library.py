@@ -321,20 +321,29 @@ def test_the_ownership_migration_scopes_existing_keys_by_their_users(tmp_path: P
     s.close()
 
 
-def test_a_run_whose_fingerprint_matches_nothing_joins_the_workload_its_launch_key_names(
+def test_a_run_whose_fingerprint_matches_nothing_joins_the_workload_its_command_line_ran_as(
     tmp_path: Path,
 ) -> None:
+    """The same command line, its step seen differently, stays on its workload (one JAX program
+    made two, H200 2026-12-04). The same script with other arguments does not join by the script
+    alone: timm's benchmark.py runs another model by --model, and such a run joined the workload of
+    the model before it."""
+    from gitmd.jobs.launch_key import command_key
+
     lb = lib(tmp_path)
-    a = lb.observe(TRAIN, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000)
-    # the same command's next run, its step seen differently: the key keeps it on its workload
-    assert lb.observe(OTHER, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000) == a
+    key = "uid:1000 python /w/benchmark.py"
+    resnet = command_key(key, ["python", "benchmark.py", "--model", "resnet18"], "/w")
+    vit = command_key(key, ["python", "benchmark.py", "--model", "vit"], "/w")
+    a = lb.observe(TRAIN, key, "b", new_run=True, owner_uid=1000, command_key=resnet)
+    assert lb.observe(OTHER, key, "b", new_run=True, owner_uid=1000, command_key=resnet) == a
     assert lb.get(a).run_count == 2
-    # another command with that fingerprint matches nothing and names nothing: a workload of its own
-    b = lb.observe(OTHER, "uid:1000 python /w/eval.py", "eval", new_run=True, owner_uid=1000)
+    # another model through the same script matches nothing: a workload of its own
+    b = lb.observe(OTHER, key, "b", new_run=True, owner_uid=1000, command_key=vit)
     assert b != a
-    # a fingerprint that matches decides over the key: the key moves to the workload it matched
-    assert lb.observe(OTHER, "uid:1000 python /w/train.py", "train", new_run=True, owner_uid=1000) == b
-    assert lb.by_launch_key("uid:1000 python /w/train.py").id == b  # type: ignore[union-attr]
+    assert lb.by_launch_key(vit).id == b and lb.by_launch_key(resnet).id == a  # type: ignore[union-attr]
+    # a fingerprint that matches decides over the keys: they move to the workload it matched
+    assert lb.observe(OTHER, key, "b", new_run=True, owner_uid=1000, command_key=resnet) == b
+    assert lb.by_launch_key(key).id == b  # type: ignore[union-attr]
 
 
 def test_only_a_key_that_names_one_program_of_the_users_own_joins_a_workload(tmp_path: Path) -> None:
@@ -345,6 +354,7 @@ def test_only_a_key_that_names_one_program_of_the_users_own_joins_a_workload(tmp
     lb = lib(tmp_path)
     shell = lb.observe(TRAIN, "uid:1000 bash", "a", new_run=True, owner_uid=1000)
     assert lb.observe(OTHER, "uid:1000 bash", "b", new_run=True, owner_uid=1000) != shell
+    assert lb.by_launch_key("uid:1000 bash") is None  # nor does it resolve at a launch
     shared = lb.observe(TRAIN, "uid:1000 python /w/t.py", "t", new_run=True, owner_uid=None)  # as an import
     mine = lb.observe(OTHER, "uid:1000 python /w/t.py", "t", new_run=True, owner_uid=1000)
     assert mine != shared
@@ -361,8 +371,10 @@ def test_which_keys_name_one_program() -> None:
     from gitmd.jobs.launch_key import launch_key, names_program, owned
 
     assert names_program(owned(1000, launch_key(["python3", "train.py"], "/w")))
-    assert names_program(launch_key(["python", "-m", "torch.distributed.run", "x"], "/w"))
+    assert names_program(launch_key(["python", "-m", "torch.distributed.run", "x.py"], "/w"))
+    assert not names_program(launch_key(["python", "-m", "torch.distributed.run", "x"], "/w"))
     assert names_program(launch_key(["python", "-c", "print(1)"], "/w"))
-    assert not names_program(owned(1000, launch_key(["bash", "run.sh"], "/w")))
+    assert names_program(owned(1000, launch_key(["bash", "run.sh"], "/w")))
+    assert not names_program(owned(1000, launch_key(["bash"], "/w")))
     assert not names_program(launch_key(["python3"], "/w"))  # the interpreter alone
     assert not names_program(launch_key(["/opt/bin/trainer", "--cfg", "a"], "/w"))
