@@ -43,7 +43,6 @@ _RUNNER_MODULES = {
     "debugpy",
 }
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
-_SHELL_VALUE_OPTIONS = {"-o", "+o", "-O", "+O"}
 # commands that run another command given later on their command line (with options of their own)
 _WRAPPERS = {
     "env",
@@ -118,21 +117,29 @@ def _wrapped(command: list[str]) -> list[str] | None:
 
 
 def _shell_target(command: list[str]) -> tuple[str, str]:
-    """What a shell command line runs: ("-c", code), ("script", path), or ("", "")."""
+    """What a shell command line runs: ("-c", code), ("script", path), or ("", ""). An option
+    cluster ending in o or O (`-o`, `-euxo`) takes the next word as its value; with c in it
+    (`-ec`), the next word is the code."""
     args = command[1:]
     i = 0
     while i < len(args):
         a = args[i]
-        if a == "-c" and i + 1 < len(args):
-            return "-c", args[i + 1]
-        if a in _SHELL_VALUE_OPTIONS:
+        if not a or a == "-":
+            return "", ""  # `bash ''`, `bash -` (the script on stdin): no script named
+        if a in ("--rcfile", "--init-file"):
             i += 2
             continue
+        if a.startswith("--") and a != "--":
+            i += 1  # --login, --norc, --posix...
+            continue
         if a == "--":
-            return ("script", args[i + 1]) if i + 1 < len(args) else ("", "")
-        if not a.startswith(("-", "+")):
-            return "script", a
-        i += 1
+            return ("script", args[i + 1]) if i + 1 < len(args) and args[i + 1] else ("", "")
+        if a.startswith(("-", "+")) and len(a) > 1:
+            if "c" in a[1:] and a[0] == "-":
+                return ("-c", args[i + 1]) if i + 1 < len(args) else ("", "")
+            i += 2 if a[-1] in "oO" else 1
+            continue
+        return "script", a
     return "", ""
 
 
@@ -213,6 +220,17 @@ def generic(key: str) -> bool:
     if what:
         return False
     return word in _SHELLS or word in _WRAPPERS or word in _LAUNCHERS or bool(_PYTHON.match(word))
+
+
+# keys a launcher sends that it did not read from a program (`gitmctl slurm` for a job with no
+# command: its Slurm job name, which many unrelated jobs share, e.g. "interactive")
+WEAK_PREFIXES = ("slurm-job-name:",)
+
+
+def stated(given: str) -> bool:
+    """A key a launcher gave (``--launch-key``) states what makes its runs the same job, and may
+    resolve a launch by itself; a weak one (WEAK_PREFIXES) does not."""
+    return bool(given) and not given.startswith(WEAK_PREFIXES)
 
 
 def owned(uid: int, key: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
-from gitmd.jobs.launch_key import command_key, launch_key, owned
+from gitmd.jobs.launch_key import command_key, launch_key, owned, stated
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
@@ -160,14 +160,15 @@ class Launch:
         never fingerprinted, so another program would pass for the workload unseen). It is the
         workload the launch's exact command line in its directory last ran as (its fingerprint
         linked it: launch_key.command_key); or the one the key names when the key was stated: by
-        the launcher (`--launch-key`: the user or scheduler says what makes runs the same job), or
+        the launcher (`--launch-key`: the user or scheduler says what makes runs the same job; not a
+        Slurm job name, launch_key.stated), or
         for the workload by an admin's import or the fleet. A key read from the command alone does
         not resolve: one script runs other programs by its arguments (timm's benchmark.py --model X
         is six of the corpus's programs), and the key's last workload came with the next model's
         launch. A command line not seen before is observed, and its fingerprint decides."""
         d = self.d
         w = d.library.by_launch_key(command_key(key, list(reg.command), reg.cwd))
-        if w is not None or reg.launch_key:
+        if w is not None or stated(reg.launch_key):
             return w or d.library.by_launch_key(key), True
         w = d.library.by_launch_key(key, given=True)
         return w, w is not None

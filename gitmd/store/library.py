@@ -19,7 +19,7 @@ from typing import Any
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
-from gitmd.jobs.launch_key import generic, names_program
+from gitmd.jobs.launch_key import COMMAND_SEP, generic, names_program
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
     FORBIDDEN_ENV,
@@ -76,6 +76,15 @@ def _give_key(db: Any, key: str, workload_id: str, now: int) -> None:
     db.execute("UPDATE launch_keys SET given = 1 WHERE key = ? AND workload_id = ?", [key, workload_id])
 
 
+# A key that may resolve a launch (gitmd/loop/launch.py): one stated for its workload (an import,
+# the fleet) or a command key (one exact command line, linked when a run of it was fingerprinted).
+# A script's key linked by an observed run does not: the script may run other programs by its
+# arguments. Only these are listed, exported and sent to the fleet.
+_RESOLVING = f"(k.given = 1 OR instr(k.key, '{COMMAND_SEP}') > 0)"
+# command keys kept per workload (a job whose arguments change every run adds one a run)
+MAX_COMMAND_KEYS = 16
+
+
 class Library:
     def __init__(self, store: Store, allowed_env: frozenset[str] | None = None) -> None:
         """``allowed_env``: the only variables a policy may set — the launch levers' own
@@ -89,7 +98,10 @@ class Library:
     def _workload(self, db: Any, row: dict[str, Any]) -> Workload:
         keys = tuple(
             r["key"]
-            for r in db.query("SELECT key FROM launch_keys WHERE workload_id = ? ORDER BY key", [row["id"]])
+            for r in db.query(
+                f"SELECT key FROM launch_keys k WHERE workload_id = ? AND {_RESOLVING} ORDER BY key",
+                [row["id"]],
+            )
         )
         pols = tuple(
             policy_from_row(r)
@@ -223,12 +235,21 @@ class Library:
             )
             for key in (launch_key, command_key):
                 if key and not generic(key):  # one that names no program resolves to none
+                    # a stated key that a fingerprint moves to another workload was not stated for it
                     db.execute(
                         "INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET workload_id = excluded.workload_id, "
-                        "last_seen_ns = excluded.last_seen_ns",
+                        "ON CONFLICT (key) DO UPDATE SET "
+                        "given = CASE WHEN workload_id = excluded.workload_id THEN given ELSE 0 END, "
+                        "workload_id = excluded.workload_id, last_seen_ns = excluded.last_seen_ns",
                         [key, best_id, now],
                     )
+            if command_key:
+                db.execute(
+                    "DELETE FROM launch_keys WHERE workload_id = ? AND given = 0 AND instr(key, ?) > 0 "
+                    "AND key NOT IN (SELECT key FROM launch_keys WHERE workload_id = ? AND instr(key, ?) > 0 "
+                    "ORDER BY last_seen_ns DESC LIMIT ?)",
+                    [best_id, COMMAND_SEP, best_id, COMMAND_SEP, MAX_COMMAND_KEYS],
+                )
         return best_id
 
     def adopt(self, sig: Signature, name: str, launch_keys: Sequence[str]) -> str:
@@ -246,7 +267,7 @@ class Library:
             for key in keys:
                 row = db.execute(
                     "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
-                    "WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL)",
+                    f"WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL) AND {_RESOLVING}",
                     [key, owner],
                 ).fetchone()
                 if row is not None:

@@ -19,6 +19,7 @@ from bench.pgserver import Postgres, available
 from gitmd.analysis.fingerprint import Signature
 from gitmd.config import FleetConfig
 from gitmd.fleet.sync import FleetSync
+from gitmd.jobs.launch_key import command_key
 from gitmd.levers.registry import env_variables
 from gitmd.store.db import Store
 from gitmd.store.library import Library
@@ -28,6 +29,9 @@ TRAIN = Signature(
     {"gemm": 0.8, "elementwise:GeluCUDAKernelImpl": 0.1, "reduce_kernel": 0.1},
 )
 KEY = "uid:1000 python /srv/train.py"
+# the key of the command line a fingerprinted run linked: what the fleet carries and what resolves a
+# launch (the script's key alone resolves none: gitmd/loop/launch.py)
+CMD = command_key(KEY, ["python", "/srv/train.py"], "/srv")
 GPU = "NVIDIA H200"
 
 
@@ -57,14 +61,14 @@ def test_a_policy_promoted_on_one_node_is_known_on_another_and_its_revert_follow
     fresh: Postgres, tmp_path: Path
 ) -> None:
     a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     p = a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.4, (1.2, 1.6),
                              {"source": "live"}, GPU, "580.159.04")  # fmt: skip
     assert a.status().outbox == 1
     assert a.run_once() == (1, 0, 0) and a.status().outbox == 0
-    assert b.library.by_launch_key(KEY) is None
+    assert b.library.by_launch_key(CMD) is None
     assert b.run_once() == (0, 1, 0)
-    w = b.library.by_launch_key(KEY)  # B's next registration of the program finds it at launch
+    w = b.library.by_launch_key(CMD)  # B's next registration of the program finds it at launch
     assert w is not None
     (got,) = [x for x in b.library.get(w.id).policies if x.status == "validated"]
     assert got.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "32"} and got.speedup == 1.4
@@ -127,7 +131,7 @@ def test_a_fleet_store_that_is_away_costs_a_node_nothing_and_sync_catches_up(
     a.run_once()
     fresh.stop()
     try:
-        wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+        wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
         t0 = time.monotonic()
         a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.3, (1.1, 1.5), {}, GPU)
         assert time.monotonic() - t0 < 0.5  # learning here never waits for the fleet
@@ -139,7 +143,7 @@ def test_a_fleet_store_that_is_away_costs_a_node_nothing_and_sync_catches_up(
     finally:
         fresh.start()
     assert a.run_once() == (1, 0, 0)  # back: the outbox catches up
-    assert b.run_once() == (0, 1, 0) and b.library.by_launch_key(KEY) is not None
+    assert b.run_once() == (0, 1, 0) and b.library.by_launch_key(CMD) is not None
 
 
 def test_a_daemon_with_the_fleet_on_starts_and_syncs(fresh: Postgres, tmp_path: Path) -> None:
@@ -174,14 +178,14 @@ def test_what_stays_on_its_node_and_what_a_revert_may_touch(fresh: Postgres, tmp
     not brought back by the same event seen again; a fleet revert touches only what the fleet
     brought, never a policy this node learned itself."""
     a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 9.0, (8.0, 10.0),
                          {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
     good = a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.3, (1.1, 1.5),
                                 {"source": "live"}, GPU)  # fmt: skip
     assert a.run_once() == (2, 0, 0)  # both leave the outbox; only one becomes an event
     assert b.run_once() == (0, 1, 0)
-    w = b.library.by_launch_key(KEY)
+    w = b.library.by_launch_key(CMD)
     assert w is not None
     (got,) = b.library.get(w.id).policies
     assert got.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
@@ -209,13 +213,13 @@ def test_a_live_policy_an_admins_pin_and_unpin_reach_every_node(fresh: Postgres,
     not shared until then) reaches every node pinned, and the unpin follows."""
     a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
     b.driver = "590.10"  # another driver branch: shown, decided by the node's own runs
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     live = [{"lever": "cpu_affinity", "setting": {}}]
     a.library.add_policy(wid, {}, "validated", 3.9, (3.5, 4.3), {"source": "live"}, GPU, live=live)
     tuned = a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.5, (1.3, 1.7),
                                  {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
     assert a.run_once() == (2, 0, 0) and b.run_once() == (0, 1, 0)  # the tune result stayed on A
-    w = b.library.by_launch_key(KEY)
+    w = b.library.by_launch_key(CMD)
     assert w is not None
     (got,) = b.library.get(w.id).policies
     assert list(got.live) == live and got.env == {} and got.trust == 1
@@ -237,13 +241,13 @@ def test_how_a_policy_held_on_each_node_reaches_the_others(fresh: Postgres, tmp_
     which has it from the fleet and has not tried it yet, no longer applies it; B, which confirmed it
     on its own runs, keeps it."""
     a, b, c, d = (node(tmp_path, n, fresh.url) for n in "abcd")
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     p = a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.3, (1.1, 1.5),
                              {"source": "runs"}, GPU)  # fmt: skip
     a.run_once()
     for n in (b, c, d):
         assert n.run_once() == (0, 1, 0)
-    copy = {n.node: next(iter(n.library.get(n.library.by_launch_key(KEY).id).policies)) for n in (b, c, d)}
+    copy = {n.node: next(iter(n.library.get(n.library.by_launch_key(CMD).id).policies)) for n in (b, c, d)}
     b.library.confirm(
         copy["b"].id, {"held": True, "suspect": False, "speedup": 1.25, "reason": "1.25x faster"}
     )
@@ -258,20 +262,20 @@ def test_how_a_policy_held_on_each_node_reaches_the_others(fresh: Postgres, tmp_
     assert nodes["b"]["held"] and nodes["c"]["suspect"] and nodes["c"]["reason"] == "0.8x: slower"
     assert a.library.get_policy(p.id).status == "validated"  # A's own evidence stands
     assert c.library.get_policy(copy["c"].id).status == "reverted"  # C's own runs decided
-    wd = d.library.get(d.library.by_launch_key(KEY).id)
+    wd = d.library.get(d.library.by_launch_key(CMD).id)
     assert wd.policies[0].evidence["suspect"]["node"] == "c" and wd.active_policy is None
-    wb = b.library.get(b.library.by_launch_key(KEY).id)
+    wb = b.library.get(b.library.by_launch_key(CMD).id)
     assert wb.active_policy is not None and wb.active_policy.id == copy["b"].id  # confirmed on B
     assert wb.policies[0].evidence["nodes"]["c"]["suspect"]
     # E confirms it too: held on two nodes against one suspicion, the mark is lifted and D applies
     # the policy again (the fleet's notes of it kept: who lifted it, on how many nodes it held)
     e = node(tmp_path, "e", fresh.url)
     assert e.run_once()[1] >= 1  # the policy and how it held so far
-    copy_e = next(iter(e.library.get(e.library.by_launch_key(KEY).id).policies))
+    copy_e = next(iter(e.library.get(e.library.by_launch_key(CMD).id).policies))
     e.library.confirm(copy_e.id, {"held": True, "suspect": False, "speedup": 1.2, "reason": "1.2x faster"})
     e.run_once()
     d.run_once()
-    wd = d.library.get(d.library.by_launch_key(KEY).id)
+    wd = d.library.get(d.library.by_launch_key(CMD).id)
     ev = wd.policies[0].evidence
     assert "suspect" not in ev and ev["suspect_cleared"]["held_on"] == 2
     assert ev["suspect_cleared"]["by"] == "e"
@@ -397,12 +401,12 @@ def test_a_pin_from_the_fleet_never_overrides_this_nodes_admin_nor_pins_its_own_
     fresh: Postgres, tmp_path: Path
 ) -> None:
     a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     theirs = a.library.add_policy(wid, {"OMP_NUM_THREADS": "4"}, "validated", 1.3, (1.1, 1.5),
                                   {"source": "runs"}, GPU)  # fmt: skip
     a.run_once()
     b.run_once()
-    wb = b.library.by_launch_key(KEY)
+    wb = b.library.by_launch_key(CMD)
     assert wb is not None
     mine = b.library.add_policy(wb.id, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.1, (1.05, 1.2),
                                 {"source": "tune", "scope_uid": 1000}, GPU)  # fmt: skip
@@ -431,12 +435,12 @@ def test_what_a_policy_was_learned_with_reaches_the_other_nodes(fresh: Postgres,
     policy on its own first runs anyway."""
     a, b = node(tmp_path, "a", fresh.url), node(tmp_path, "b", fresh.url)
     b.jobs_frameworks = lambda wid: {"torch": "2.10.0", "numpy": "2.3.1"}
-    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000)
+    wid = a.library.observe(TRAIN, KEY, "train", new_run=True, owner_uid=1000, command_key=CMD)
     learned = {"torch": "2.11.0+cu130", "numpy": "2.3.1", "$(id)": "1", "triton": "3.5; rm -rf /"}
     a.library.add_policy(wid, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, "validated", 1.4, (1.2, 1.6),
                          {"source": "live", "frameworks": learned}, GPU, "580.159.04")  # fmt: skip
     assert a.run_once() == (1, 0, 0) and b.run_once() == (0, 1, 0)
-    w = b.library.by_launch_key(KEY)
+    w = b.library.by_launch_key(CMD)
     assert w is not None
     (got,) = b.library.get(w.id).policies
     assert got.evidence["frameworks"] == {"numpy": "2.3.1", "torch": "2.11.0+cu130"}

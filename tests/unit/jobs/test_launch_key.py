@@ -34,7 +34,12 @@ from gitmd.jobs.launch_key import launch_key
         (["bash", "-x", "run.sh", "--fast"], "bash /w/run.sh"),
         (["bash", "-o", "pipefail", "run.sh"], "bash /w/run.sh"),
         (["srun", "bash", "job.sh"], "bash /w/job.sh"),
+        (["bash", "-euxo", "pipefail", "run.sh"], "bash /w/run.sh"),
+        (["bash", "--rcfile", "rc", "--login", "run.sh"], "bash /w/run.sh"),
+        (["bash", "--", "run.sh"], "bash /w/run.sh"),
         (["bash"], "bash"),
+        (["bash", ""], "bash"),
+        (["bash", "-"], "bash"),
         (["srun", "./solver"], "srun"),
         (["mpirun", "--hostfile", "/etc/hosts", "./solver"], "mpirun"),
         (["python", "-m", "torch.distributed.run", "./solver"], "python python"),
@@ -81,3 +86,11 @@ def test_a_jobs_default_name_is_its_script_not_its_interpreter() -> None:
     assert default_name(["python3", "-c", "print(1)"]) == "python3"
     assert default_name(["/opt/app/bin/solver", "in.dat"]) == "solver"
     assert default_name([]) == ""
+
+
+def test_a_slurm_job_name_is_no_stated_key() -> None:
+    """`gitmctl slurm` keys a job with no command by its Slurm job name, which unrelated jobs share
+    ("interactive"): it keys the job's history, but does not say which workload a launch is."""
+    from gitmd.jobs.launch_key import stated
+
+    assert stated("nightly-resnet") and not stated("") and not stated("slurm-job-name:interactive")

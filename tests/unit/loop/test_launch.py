@@ -170,6 +170,14 @@ def test_a_script_whose_arguments_choose_the_program_is_resolved_by_its_command_
     )  # fmt: skip
     view, plan = svc.register_job(given)
     assert view.job.workload_id == wid and plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32"
+    # a Slurm job name is not stated: a run it linked does not bring the workload with the next
+    weak = dataclasses.replace(given, command=(), launch_key="slurm-job-name:interactive")
+    svc.library.observe(
+        Signature(("conv",), {"conv": 1.0}), f"uid:{os.getuid()} slurm-job-name:interactive", "i",
+        new_run=True, owner_uid=os.getuid(),
+    )  # fmt: skip
+    view, plan = svc.register_job(weak)
+    assert view.job.workload_id == "" and plan.policy_id == 0
 
 
 def test_a_stored_policy_variable_outside_the_allowlist_is_never_applied(tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ def test_observe_matches_fuzzily_and_links_launch_keys(tmp_path: Path) -> None:
     b = lb.observe(OTHER, "python:/w/eval.py", "eval", new_run=True)
     assert b != a
     w = lb.get(a)
-    assert w.run_count == 2 and w.launch_keys == ("python:/w/train.py",)
+    # a key linked by an observed run is not listed (nor exported, nor sent to the fleet): it may
+    # resolve no launch by itself (gitmd/loop/launch.py); its command keys are
+    assert w.run_count == 2 and w.launch_keys == ()
     assert lb.by_launch_key("python:/w/train.py").id == a  # type: ignore[union-attr]
     assert lb.by_launch_key("nope") is None
     assert {x.id for x in lb.list()} == {a, b}
@@ -62,16 +64,19 @@ def test_active_policy_pin_unpin_revert(tmp_path: Path) -> None:
 
 def test_export_import_round_trip(tmp_path: Path) -> None:
     src = lib(tmp_path, "a.db")
-    wid = src.observe(TRAIN, "python:/w/train.py", "train", True)
+    ck = "python:/w/train.py #command:0123456789abcdef"  # what a fingerprinted run links
+    wid = src.observe(TRAIN, "python:/w/train.py", "train", True, command_key=ck)
     src.add_policy(wid, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, "pinned", speedup=2.0)
     doc = json.dumps(src.export()).encode()
     dst = lib(tmp_path, "b.db")
     assert dst.import_(doc) == (1, 1)
     assert dst.import_(doc) == (0, 0)  # idempotent
     w = dst.get(wid)
-    assert w.launch_keys == ("python:/w/train.py",) and w.active_policy.env == {  # type: ignore[union-attr]
+    # the script's key its runs linked is not exported (it resolves no launch by itself)
+    assert w.launch_keys == (ck,) and w.active_policy.env == {  # type: ignore[union-attr]
         "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"
     }
+    assert dst.by_launch_key(ck, given=True).id == wid  # type: ignore[union-attr]
 
 
 def test_import_never_silently_replaces_a_pinned_policy(tmp_path: Path) -> None:
@@ -378,3 +383,30 @@ def test_which_keys_name_one_program() -> None:
     assert not names_program(owned(1000, launch_key(["bash"], "/w")))
     assert not names_program(launch_key(["python3"], "/w"))  # the interpreter alone
     assert not names_program(launch_key(["/opt/bin/trainer", "--cfg", "a"], "/w"))
+
+
+def test_what_may_resolve_a_launch_is_kept_apart_from_what_a_run_linked(tmp_path: Path) -> None:
+    """Review of the launch-key change: a key the fleet or an import stated stays stated only for
+    its workload; a script's key linked by observed runs is neither listed nor used to pick the
+    workload a fleet policy belongs to; command keys are kept to the newest MAX_COMMAND_KEYS."""
+    from gitmd.jobs.launch_key import command_key
+    from gitmd.store.library import MAX_COMMAND_KEYS
+
+    lb = lib(tmp_path)
+    key = "uid:1000 python /w/bench.py"
+    fleet = lb.adopt(TRAIN, "bench", [key])  # stated for TRAIN's workload
+    assert lb.by_launch_key(key, given=True).id == fleet  # type: ignore[union-attr]
+    other = lb.observe(OTHER, key, "bench", new_run=True, owner_uid=1000)  # a fingerprint moves it
+    assert other != fleet and lb.by_launch_key(key).id == other  # type: ignore[union-attr]
+    assert lb.by_launch_key(key, given=True) is None  # nobody stated it for OTHER's workload
+    # a fleet policy for a third program through the same script: not put on OTHER's workload by
+    # the key its runs linked
+    third = Signature(("sgemm",), {"sgemm": 1.0})
+    assert lb.adopt(third, "bench", [key]) not in (other, fleet)
+    # a job whose arguments change every run: its newest command keys only
+    for seed in range(MAX_COMMAND_KEYS + 5):
+        ck = command_key(key, ["python", "bench.py", "--seed", str(seed)], "/w")
+        lb.observe(OTHER, key, "bench", new_run=True, owner_uid=1000, command_key=ck)
+    keys = lb.get(other).launch_keys
+    assert len([k for k in keys if "#command:" in k]) == MAX_COMMAND_KEYS
+    assert command_key(key, ["python", "bench.py", "--seed", str(MAX_COMMAND_KEYS + 4)], "/w") in keys
