@@ -12,10 +12,28 @@ from typing import Any
 
 from gitmctl import render
 from gitmctl.client import Client, pb
+from gitmd.jobs.launch_key import COMMAND_SEP
 
 MAX_IMPORT_BYTES = 16 << 20  # gitmd.store.library_document.MAX_IMPORT_BYTES (a test holds them equal)
 
 NAME = "library"
+
+
+def keys_text(keys: Any) -> str:
+    """A workload's launch keys for people: each stated key, and each program with how many of its
+    exact command lines resolve to the workload ("python /w/train.py (3 command lines)")."""
+    stated: list[str] = []
+    lines: dict[str, int] = {}
+    for k in keys:
+        base, sep, _ = k.partition(COMMAND_SEP)
+        if sep:
+            lines[base] = lines.get(base, 0) + 1
+        else:
+            stated.append(k)
+    out = [*stated]
+    for base, n in lines.items():
+        out.append(f"{base} ({n} command line{'s' if n > 1 else ''})")
+    return ", ".join(out)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -228,7 +246,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
                     render.clock_h(w.last_seen_unix_ns),
                     str(len(w.policies)),
                     str(w.active_policy_id or "-"),
-                    ", ".join(w.launch_keys)[:60],
+                    keys_text(w.launch_keys)[:60],
                 )
                 for w in resp.workloads
             ],
@@ -245,7 +263,7 @@ def run(args: argparse.Namespace, client: Client) -> int:
                 ("workload", w.id),
                 ("name", w.name),
                 ("runs", str(w.run_count)),
-                ("launch keys", ", ".join(w.launch_keys) or "-"),
+                ("launch keys", keys_text(w.launch_keys) or "-"),
                 ("one step", " > ".join(w.step_families)[:200]),
                 ("in force", w.active_reason or "-"),
                 ("your contract", contract_text(w.contract)),

@@ -89,6 +89,8 @@ class Launch:
         surely = any(sure.values())
         if workload is not None:
             plan = self._known(job, reg, workload, plan, surely)
+        elif plan.capture:
+            plan = self._unseen_command(job, plan)
         rest = self.observe.rests(job, plan, surely) if plan.capture and d.capture is not None else ""
         if (
             (rest or (plan.capture and plan.trial and st.trial_id is not None))  # no window will open on it
@@ -172,6 +174,19 @@ class Launch:
             return w or d.library.by_launch_key(key), True
         w = d.library.by_launch_key(key, given=True)
         return w, w is not None
+
+    def _unseen_command(self, job: Job, plan: LaunchPlan) -> LaunchPlan:
+        """A launch its key alone would once have taken for a workload with a policy: say why the
+        policy does not come with it (workload_at_launch), once, in the plan's warnings."""
+        other = self.d.library.by_launch_key(job.launch_key)
+        if other is None or other.active_policy_for(job.uid) is None:
+            return plan
+        why = (
+            f"this command line has not run here as a known workload: it runs without workload "
+            f"{other.id}'s policy until a run of it is fingerprinted (its script last ran as that "
+            "workload with other arguments, and a script may run another program by them)"
+        )
+        return dataclasses.replace(plan, warnings=(*plan.warnings, why))
 
     def _gpus(self, gpus: tuple[int, ...]) -> tuple[int, ...]:
         """The job's GPUs by this host's index (nvidia-smi's), each once, in order; an index this host

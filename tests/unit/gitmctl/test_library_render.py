@@ -41,3 +41,19 @@ def test_a_policy_says_what_it_was_learned_with() -> None:
     assert _learned_with({"frameworks": fw}) == [("numpy 2.3.1, torch 2.11.0+cu130", "-")]
     differ = "torch 2.11.0+cu130 there, 2.10.0 here"
     assert _learned_with({"frameworks": fw, "frameworks_differ": differ})[0][1] == differ
+
+
+def test_launch_keys_read_as_programs_and_their_command_lines() -> None:
+    from gitmctl.commands.library import keys_text
+
+    keys = [
+        "uid:1000 nightly",
+        "uid:1000 python /w/train.py #command:0123456789abcdef",
+        "uid:1000 python /w/train.py #command:fedcba9876543210",
+        "uid:1000 bash /w/run.sh #command:00000000000000aa",
+    ]
+    assert keys_text(keys) == (
+        "uid:1000 nightly, uid:1000 python /w/train.py (2 command lines), "
+        "uid:1000 bash /w/run.sh (1 command line)"
+    )
+    assert keys_text([]) == ""

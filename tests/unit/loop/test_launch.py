@@ -163,6 +163,9 @@ def test_a_script_whose_arguments_choose_the_program_is_resolved_by_its_command_
     assert view.job.workload_id == wid and plan.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32"
     view, plan = svc.register_job(reg("vit_small"))  # another model: observed first, no policy
     assert view.job.workload_id == "" and "CUDA_DEVICE_MAX_CONNECTIONS" not in plan.env
+    assert any(
+        f"without workload {wid}'s policy until a run of it is fingerprinted" in w for w in plan.warnings
+    )
     given = dataclasses.replace(reg("vit_small"), launch_key="benchmark.py")  # the launcher says
     svc.library.observe(
         Signature(("conv",), {"conv": 1.0}), f"uid:{os.getuid()} benchmark.py", "benchmark", new_run=True,
