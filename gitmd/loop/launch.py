@@ -58,10 +58,11 @@ class Launch:
         found: dict[str, Workload] = {}
         looked: dict[str, Workload | None] = {}  # one library lookup a key per registration
         sure: dict[str, bool] = {}  # whether the launch is surely a run of it (workload_at_launch)
+        script: dict[str, Workload | None] = {}  # when not: the workload its script last ran as
         suspect = None
         if want_capture:
             key = owned(reg.uid, reg.launch_key or launch_key(list(reg.command), reg.cwd))
-            w0, sure[key] = self.workload_at_launch(key, reg)
+            w0, sure[key], script[key] = self.workload_at_launch(key, reg)
             looked[key] = w0
             suspect = d.crashes.find(w0.id if w0 else "", key)
             if suspect is not None:
@@ -75,7 +76,7 @@ class Launch:
 
         def resolve(key: str) -> str:
             if key not in looked:
-                looked[key], sure[key] = self.workload_at_launch(key, reg)
+                looked[key], sure[key], script[key] = self.workload_at_launch(key, reg)
             w = looked[key]
             if w is not None:
                 found["w"] = w
@@ -90,7 +91,7 @@ class Launch:
         if workload is not None:
             plan = self._known(job, reg, workload, plan, surely)
         elif plan.capture:
-            plan = self._unseen_command(job, plan)
+            plan = self._unseen_command(job, plan, script.get(job.launch_key))
         rest = self.observe.rests(job, plan, surely) if plan.capture and d.capture is not None else ""
         if (
             (rest or (plan.capture and plan.trial and st.trial_id is not None))  # no window will open on it
@@ -154,31 +155,33 @@ class Launch:
             log.warning("job %s (%s): %s", job.id, job.name, w)
         return job, plan
 
-    def workload_at_launch(self, key: str, reg: Registration) -> tuple[Workload | None, bool]:
-        """The workload a launch is a run of, before any kernel has run, and whether it is one
-        (the registration's lookup goes through here twice: the bool is True whenever a workload
-        is returned, and when the launcher named the key). Its policy and its user's consent come
-        with the launch, and its runs may go without the shim (a resting run, a launch trial's arm:
-        never fingerprinted, so another program would pass for the workload unseen). It is the
-        workload the launch's exact command line in its directory last ran as (its fingerprint
-        linked it: launch_key.command_key); or the one the key names when the key was stated: by
-        the launcher (`--launch-key`: the user or scheduler says what makes runs the same job; not a
-        Slurm job name, launch_key.stated), or
-        for the workload by an admin's import or the fleet. A key read from the command alone does
-        not resolve: one script runs other programs by its arguments (timm's benchmark.py --model X
-        is six of the corpus's programs), and the key's last workload came with the next model's
-        launch. A command line not seen before is observed, and its fingerprint decides."""
-        d = self.d
-        w = d.library.by_launch_key(command_key(key, list(reg.command), reg.cwd))
-        if w is not None or stated(reg.launch_key):
-            return w or d.library.by_launch_key(key), True
-        w = d.library.by_launch_key(key, given=True)
-        return w, w is not None
+    def workload_at_launch(
+        self, key: str, reg: Registration
+    ) -> tuple[Workload | None, bool, Workload | None]:
+        """The workload a launch is a run of, before any kernel has run; whether it surely is one
+        (True whenever a workload is returned, and whenever the launcher named the key); and, when
+        it is not, the workload the key read from its command last ran as (for the plan's note).
 
-    def _unseen_command(self, job: Job, plan: LaunchPlan) -> LaunchPlan:
-        """A launch its key alone would once have taken for a workload with a policy: say why the
-        policy does not come with it (workload_at_launch), once, in the plan's warnings."""
-        other = self.d.library.by_launch_key(job.launch_key)
+        A sure launch gets the workload's policy and its user's consent, and its runs may go
+        without the shim (a resting run, a launch trial's arm). Such runs are never fingerprinted,
+        so another program would pass for the workload unseen. A launch is sure when its exact
+        command line in its directory last ran as the workload (a fingerprint linked it:
+        launch_key.command_key), or when its key was stated: by the launcher (`--launch-key`: the
+        user or scheduler says what makes runs the same job; a Slurm job name does not,
+        launch_key.stated), or for the workload by an admin's import or the fleet. A key read from
+        the command alone does not make a launch sure: one script runs other programs by its
+        arguments (timm's benchmark.py --model X is six of the corpus's programs), and the key's
+        last workload came with the next model's launch. A command line not seen before is
+        observed, and its fingerprint decides."""
+        w, resolves = self.d.library.at_launch(key, command_key(key, list(reg.command), reg.cwd))
+        if resolves or stated(reg.launch_key):
+            return w, True, None
+        return None, False, w
+
+    @staticmethod
+    def _unseen_command(job: Job, plan: LaunchPlan, other: Workload | None) -> LaunchPlan:
+        """A launch its key alone would once have taken for ``other``, a workload with a policy: say
+        why the policy does not come with it (workload_at_launch), in the plan's warnings."""
         if other is None or other.active_policy_for(job.uid) is None:
             return plan
         why = (

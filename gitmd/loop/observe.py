@@ -204,11 +204,15 @@ class Observe:
             return ""
         # the backoff first (two indexed counts on every registration); the workload's trials and
         # contract are looked up only for a run it would leave unobserved
-        observed, since, last_ns = self.d.jobs.observation_record(
-            job.launch_key, job.created_ns, None if surely else (job.command, job.cwd)
-        )
+        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
         if observed < c.observe_runs:
             return ""
+        if not surely:  # only its own command line's runs (never more than the key's: asked second)
+            observed, since, last_ns = self.d.jobs.observation_record(
+                job.launch_key, job.created_ns, (job.command, job.cwd)
+            )
+            if observed < c.observe_runs:
+                return ""
         gap = min(2 ** (observed - c.observe_runs + 1) - 1, c.reobserve_every - 1)
         dear = ""
         if since >= gap:

@@ -70,10 +70,10 @@ def _give_key(db: Any, key: str, workload_id: str, now: int) -> None:
     """Link a key someone stated for the workload (an import, the fleet): a key already linked to
     another workload stays there, one linked to this one is now a given one (by_launch_key)."""
     db.execute(
-        "INSERT OR IGNORE INTO launch_keys (key, workload_id, last_seen_ns, given) VALUES (?, ?, ?, 1)",
+        "INSERT INTO launch_keys (key, workload_id, last_seen_ns, given) VALUES (?, ?, ?, 1) "
+        "ON CONFLICT (key) DO UPDATE SET given = 1 WHERE launch_keys.workload_id = excluded.workload_id",
         [key, workload_id, now],
     )
-    db.execute("UPDATE launch_keys SET given = 1 WHERE key = ? AND workload_id = ?", [key, workload_id])
 
 
 # A key that may resolve a launch (gitmd/loop/launch.py): one stated for its workload (an import,
@@ -183,6 +183,28 @@ class Library:
             if row is None:
                 return None
             return self._workload(db, dict(zip([c[0] for c in cur.description], row, strict=True)))
+
+    def at_launch(self, key: str, command_key: str) -> tuple[Workload | None, bool]:
+        """For a registration, in one indexed read: the workload its command key names, else the one
+        its launch key names, and whether that link may resolve the launch by itself (a command
+        key, or a key stated for the workload: _RESOLVING). (None, False) for a generic key."""
+        if not key or generic(key):
+            return None, False
+        keys = [k for k in (command_key, key) if k]
+        with self.store.reading() as db:
+            cur = db.conn.execute(
+                f"SELECT k.key AS link_key, {_RESOLVING} AS link_resolves, w.* FROM launch_keys k "
+                f"JOIN workloads w ON w.id = k.workload_id WHERE k.key IN ({','.join('?' * len(keys))})",
+                keys,
+            )
+            names = [c[0] for c in cur.description]
+            rows = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+            row = rows.get(command_key) or rows.get(key)
+            if row is None:
+                return None, False
+            resolves = bool(row.pop("link_resolves"))
+            row.pop("link_key")
+            return self._workload(db, row), resolves
 
     # -- learning ------------------------------------------------------------------------------
     def observe(
