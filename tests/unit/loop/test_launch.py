@@ -183,6 +183,27 @@ def test_a_script_whose_arguments_choose_the_program_is_resolved_by_its_command_
     assert view.job.workload_id == "" and plan.policy_id == 0
 
 
+def test_a_new_command_line_of_a_script_is_observed_even_when_the_script_rests(tmp_path: Path) -> None:
+    """The backoff lets a program observed on enough runs rest (no window, no shim). Counted by its
+    script alone, a new model through the same script rested too, never seen, so never given a
+    workload of its own: an unsure launch counts its own command line's observed runs."""
+    import json as _json
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+
+    def reg(model: str) -> Registration:
+        return Registration("", ("python", "bench.py", "--model", model), "/w", *me, launcher_pid=os.getpid())
+
+    for _ in range(2):  # two observed runs of one model
+        v, _ = svc.register_job(reg("resnet18"))
+        svc.jobs.exited(v.job.id, 0, windows=2, cost=_json.dumps({"share": 0.0}))
+    v, plan = svc.register_job(reg("resnet18"))
+    assert svc.states.of(v.job.id).resting and not plan.capture  # that command line rests
+    v, plan = svc.register_job(reg("vit_small"))
+    assert not svc.states.of(v.job.id).resting and plan.capture  # another one is observed
+
+
 def test_a_stored_policy_variable_outside_the_allowlist_is_never_applied(tmp_path: Path) -> None:
     """Hardening issue, item 6: policy variables come from an allowlist (the catalog's own). It was
     checked where a policy comes in (experiments, import, fleet), not at launch: a policy stored
