@@ -181,8 +181,8 @@ def command_key(key: str, command: list[str], cwd: str) -> str:
     """The launch key narrowed to one exact command line in one directory ("" for a generic key):
     what resolves a launch and joins a run to a workload when the launch key alone is not enough
     (a script whose arguments choose the program it runs: timm's benchmark.py --model X)."""
-    if not key or generic(key):
-        return ""
+    if not key or not command or generic(key) or _unowned(key).startswith(WEAK_PREFIXES):
+        return ""  # no command line to name (a Slurm job with none: its job name is all it has)
     text = "\0".join([cwd, *command])
     return f"{key}{COMMAND_SEP}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 

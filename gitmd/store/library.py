@@ -266,11 +266,13 @@ class Library:
                         [key, best_id, now],
                     )
             if command_key:
+                # the newest MAX_COMMAND_KEYS of those linked here, the one just linked among them
+                # (stated ones are the fleet's or an import's, not counted nor removed)
                 db.execute(
                     "DELETE FROM launch_keys WHERE workload_id = ? AND given = 0 AND instr(key, ?) > 0 "
-                    "AND key NOT IN (SELECT key FROM launch_keys WHERE workload_id = ? AND instr(key, ?) > 0 "
-                    "ORDER BY last_seen_ns DESC LIMIT ?)",
-                    [best_id, COMMAND_SEP, best_id, COMMAND_SEP, MAX_COMMAND_KEYS],
+                    "AND key != ? AND key NOT IN (SELECT key FROM launch_keys WHERE workload_id = ? "
+                    "AND given = 0 AND instr(key, ?) > 0 ORDER BY last_seen_ns DESC LIMIT ?)",
+                    [best_id, COMMAND_SEP, command_key, best_id, COMMAND_SEP, MAX_COMMAND_KEYS],
                 )
         return best_id
 

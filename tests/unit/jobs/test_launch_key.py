@@ -94,3 +94,9 @@ def test_a_slurm_job_name_is_no_stated_key() -> None:
     from gitmd.jobs.launch_key import stated
 
     assert stated("nightly-resnet") and not stated("") and not stated("slurm-job-name:interactive")
+    # nor does it name a command line: no command key, so a run it linked resolves no later launch
+    from gitmd.jobs.launch_key import command_key
+
+    assert command_key("uid:1000 slurm-job-name:interactive", [], "/home/u") == ""
+    assert command_key("uid:1000 slurm-job-name:interactive", ["bash"], "/home/u") == ""
+    assert command_key("uid:1000 python /w/a.py", [], "/w") == ""

@@ -410,3 +410,24 @@ def test_what_may_resolve_a_launch_is_kept_apart_from_what_a_run_linked(tmp_path
     keys = lb.get(other).launch_keys
     assert len([k for k in keys if "#command:" in k]) == MAX_COMMAND_KEYS
     assert command_key(key, ["python", "bench.py", "--seed", str(MAX_COMMAND_KEYS + 4)], "/w") in keys
+
+
+def test_the_command_key_cap_keeps_the_lines_run_here_beside_the_fleets(tmp_path: Path) -> None:
+    """Second review: command keys the fleet stated counted in the cap, so the lines run here before
+    a fleet policy came were deleted at the next run."""
+    from gitmd.jobs.launch_key import command_key
+    from gitmd.store.library import MAX_COMMAND_KEYS
+
+    lb = lib(tmp_path)
+    key = "uid:1000 python /w/bench.py"
+    mine = [command_key(key, ["python", "bench.py", "--seed", str(i)], "/w") for i in range(6)]
+    wid = lb.observe(TRAIN, key, "bench", new_run=True, owner_uid=1000, command_key=mine[0])
+    for ck in mine[1:5]:
+        lb.observe(TRAIN, key, "bench", new_run=True, owner_uid=1000, command_key=ck)
+    theirs = [
+        command_key(key, ["python", "bench.py", str(i)], "/elsewhere") for i in range(MAX_COMMAND_KEYS + 4)
+    ]
+    assert lb.adopt(TRAIN, "bench", theirs) == wid  # newer than the lines run here
+    assert lb.observe(TRAIN, key, "bench", new_run=True, owner_uid=1000, command_key=mine[5]) == wid
+    keys = set(lb.get(wid).launch_keys)
+    assert set(mine) <= keys and set(theirs) <= keys
