@@ -19,6 +19,11 @@ raw file. A figure that was not measured is null, never an estimate.
   "wall"), >1 faster. Its cost is how much slower it was (0 when faster). The first run whose
   launch got a validated policy is `first_policy_run`; the median ratio from then on is the
   delivered speedup.
+- **--shared-library**: one gitmd for every program of the call instead of one each, their runs
+  interleaved (run 1 of each program, then run 2 of each...). Each raw file then holds
+  `shared_library`: the workloads each program's runs were given, and those it shares with another
+  program. A shared workload is a false match, or one program's launch taken for another's (six of
+  the corpus's programs are timm's benchmark.py with another --model).
 """
 
 from __future__ import annotations
@@ -143,38 +148,42 @@ def measure_env(p: Program, env: dict[str, str], pairs: int, logs: Path, timeout
 def gitmd_runs(
     p: Program, g: Gitmd, runs: int, logs: Path, timeout_s: float, deadline: float = float("inf")
 ) -> list[dict]:
-    ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "--name", f"corpus-{p.name}", "--"]
     out: list[dict] = []
     for i in range(runs):
         if time.monotonic() > deadline:
             print(f"{p.name}: budget spent after {i} run(s)", flush=True)
             break
-        order = ("plain", "gitmd") if i % 2 == 0 else ("gitmd", "plain")
-        got = {}
-        for arm in order:
-            got[arm] = run_once(p, [] if arm == "plain" else ctl, logs / f"{p.name}.log", timeout_s)
-        plain, mine = got["plain"], got["gitmd"]
-        r = ratio(seconds(p, plain), seconds(p, mine))
-        out.append(
-            {
-                "run": i + 1,
-                "order": list(order),
-                "plain": {k: plain[k] for k in ("exit", "wall_s", "clock", "clock_quantum")},
-                "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "clock_quantum", "notes")},
-                "ratio": r,
-                "cost": None if r is None else round(max(0.0, 1 / r - 1), 4),
-                "violation": mine["exit"] != plain["exit"] or mine["out"] != plain["out"],
-                "policy_at_launch": any(POLICY_NOTE in n for n in mine["notes"]),
-                "trial_arm": next((n for n in mine["notes"] if "launch trial" in n), ""),
-            }
-        )
-        print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
-        quanta = (plain["clock_quantum"], mine["clock_quantum"])
-        coarse = max((q for q in quanta if q is not None), default=0.0)
-        if coarse > COARSE_CLOCK:
-            print(f"{p.name} run {i + 1}: its clock is printed to {100 * coarse:.1f}% of its reading: "
-                  "a cost below that is its rounding", flush=True)  # fmt: skip
+        out.append(one_run(p, g, i, logs, timeout_s))
     return out
+
+
+def one_run(p: Program, g: Gitmd, i: int, logs: Path, timeout_s: float) -> dict[str, Any]:
+    """Run i + 1 of the program: plain and through `gitmctl run` with no flags, in alternating order."""
+    ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "--name", f"corpus-{p.name}", "--"]
+    order = ("plain", "gitmd") if i % 2 == 0 else ("gitmd", "plain")
+    got = {}
+    for arm in order:
+        got[arm] = run_once(p, [] if arm == "plain" else ctl, logs / f"{p.name}.log", timeout_s)
+    plain, mine = got["plain"], got["gitmd"]
+    r = ratio(seconds(p, plain), seconds(p, mine))
+    run = {
+        "run": i + 1,
+        "order": list(order),
+        "plain": {k: plain[k] for k in ("exit", "wall_s", "clock", "clock_quantum")},
+        "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "clock_quantum", "notes")},
+        "ratio": r,
+        "cost": None if r is None else round(max(0.0, 1 / r - 1), 4),
+        "violation": mine["exit"] != plain["exit"] or mine["out"] != plain["out"],
+        "policy_at_launch": any(POLICY_NOTE in n for n in mine["notes"]),
+        "trial_arm": next((n for n in mine["notes"] if "launch trial" in n), ""),
+    }
+    print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
+    quanta = (plain["clock_quantum"], mine["clock_quantum"])
+    coarse = max((q for q in quanta if q is not None), default=0.0)
+    if coarse > COARSE_CLOCK:
+        print(f"{p.name} run {i + 1}: its clock is printed to {100 * coarse:.1f}% of its reading: "
+              "a cost below that is its rounding", flush=True)  # fmt: skip
+    return run
 
 
 def job_record(j: Any) -> dict[str, Any]:
@@ -258,15 +267,37 @@ def gpu_peaks(names: list[str], timeout_s: float) -> dict[str, Any]:
     return peaks
 
 
-def archive_windows(g: Gitmd, to: Path) -> bool:
+def archive_windows(g: Gitmd, to: Path, job_ids: set[str] | None = None) -> bool:
     """The windows gitmd kept of the program's jobs (<state>/windows/<job id>/<window id>.npz; the
-    raw file's runs name their job ids), as one archive. False: none was kept."""
+    raw file's runs name their job ids), as one archive: all of them, or those of ``job_ids`` (one
+    program's, of a library several shared). False: none was kept."""
     kept = g.db.parent / "windows"
-    if not kept.is_dir() or not any(kept.rglob("*.npz")):
+    dirs = (
+        [d for d in sorted(kept.iterdir()) if job_ids is None or d.name in job_ids] if kept.is_dir() else []
+    )
+    if not any(any(d.rglob("*.npz")) for d in dirs):
         return False
     with tarfile.open(to, "w:gz") as tar:
-        tar.add(kept, arcname="windows")
+        for d in dirs:
+            tar.add(d, arcname=f"windows/{d.name}")
     return True
+
+
+def shared_workloads(runs_of: dict[str, list[dict]]) -> dict[str, Any]:
+    """With one library for several programs: the workloads each program's runs were given, and
+    those it shares with another program (a false match, or one program's launch taken for another)."""
+    seen = {
+        name: sorted({(r.get("job") or {}).get("workload_id") or "" for r in runs} - {""})
+        for name, runs in runs_of.items()
+    }
+    return {
+        "programs": sorted(runs_of),
+        "workloads": seen,
+        "shared_with": {
+            name: {o: sorted(set(w) & set(seen[o])) for o in seen if o != name and set(w) & set(seen[o])}
+            for name, w in seen.items()
+        },
+    }
 
 
 def summarise(runs: list[dict]) -> dict[str, Any]:
@@ -286,6 +317,111 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
         "median_run_cost": statistics.median(costs) if costs else None,
         "violations": sum(1 for r in runs if r["violation"]),
     }
+
+
+def library_of(g: Gitmd) -> list[dict[str, Any]] | str:
+    try:
+        return library(g)  # policies and launch trials
+    except Exception as e:  # extra evidence: its absence is written down
+        return f"library failed: {e}"
+
+
+def said(name: str, runs: list[dict]) -> None:
+    for r in runs:
+        j = r.get("job") or {}
+        share = (j.get("cost") or {}).get("share")
+        what = f"windows {j.get('windows')} phase {j.get('phase')!r} policy {j.get('policy_id')}"
+        print(f"{name} run {r['run']}: gitmd recorded {what} run_s {j.get('run_s')} share {share}")
+
+
+def shared(
+    a: argparse.Namespace,
+    names: list[str],
+    known: dict[str, Program],
+    levers: list[str] | None,
+    logs: Path,
+    base: Path,
+    deadline: float,
+    ctx: dict[str, Any],
+) -> None:
+    """--shared-library: one gitmd, from an empty library, for every program of the call, their runs
+    interleaved (run 1 of each, then run 2 of each...), as one host runs several programs: whether a
+    program's launch is taken for another's workload, and whether two programs' windows make one."""
+    g = Gitmd(base / "shared", CONFIG.format(backend=a.backend) + KEEP_WINDOWS)
+    g.start()
+    runs_of: dict[str, list[dict]] = {n: [] for n in names}
+    orcs: dict[str, dict[str, Any]] = {}
+    try:
+        for name in names:
+            needs = set(ctx["meta"][name].get("needs", []))
+            orcs[name] = oracle(known[name], g, levers, a.oracle_pairs, logs, a.timeout_s, needs)
+        for i in range(a.runs):
+            for name in names:
+                if time.monotonic() > deadline:
+                    print(f"{name}: budget spent before run {i + 1}", flush=True)
+                    continue
+                runs_of[name].append(one_run(known[name], g, i, logs, a.timeout_s))
+        for name in names:
+            attach_jobs(known[name], g, runs_of[name])
+            said(name, runs_of[name])
+        learned = library_of(g)
+    finally:
+        g.stop()
+        if g.log.exists():
+            shutil.copy(g.log, logs / "shared-gitmd.log")
+    together = shared_workloads(runs_of)
+    print(f"one library for {len(names)} programs: {json.dumps(together['shared_with'])}", flush=True)
+    for name in names:
+        ids = {(r.get("job") or {}).get("id") or "" for r in runs_of[name]} - {""}
+        archive_windows(g, a.out / f"windows-{name}.tgz", ids)
+        write_program(name, known[name], orcs[name], runs_of[name], learned, ctx, together)
+
+
+def write_program(
+    name: str,
+    p: Program,
+    orc: dict[str, Any],
+    runs: list[dict],
+    learned: list[dict[str, Any]] | str,
+    ctx: dict[str, Any],
+    together: dict[str, Any] | None = None,
+) -> None:
+    """The program's raw file (<out>/corpus-<program>.json) and its row of the printed table."""
+    if not runs:
+        return
+    meta = ctx["meta"]
+    s = summarise(runs)
+    doc = {
+        "program": name,
+        "repo": meta[name]["repo"],
+        "half": ctx["halves"].get(name, "unsplit"),
+        "measured_at": {"date": datetime.date.today().isoformat(), "gitmd_commit": commit()},
+        "argv": sys.argv,
+        "clock": p.clock or "wall",
+        "oracle": orc,
+        "runs_asked": ctx["runs_asked"],
+        "library": learned,
+        "runs": runs,
+        "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
+    }
+    if together is not None:  # --shared-library: the library was every program's of the call
+        doc["shared_library"] = together
+    if "work" in meta[name]:  # a GEMM- or copy-bound program: its share of the GPU's ceiling
+        doc["ceiling"] = {
+            **ceiling(
+                meta[name]["work"],
+                [r["plain"]["clock"] for r in runs],
+                [r["gitmd"]["clock"] for r in runs],
+                ctx["peaks"],
+            ),
+            "peaks": ctx["peaks"],
+        }
+    (ctx["out"] / f"corpus-{name}.json").write_text(json.dumps(doc, indent=1))
+    best = f"{orc.get('best')} {orc.get('best_speedup')}" if orc["measured"] else "not measured"
+    first = "none" if s["first_policy_run"] is None else str(s["first_policy_run"])
+    cells = [name, doc["half"], best, first, s["delivered_speedup"], s["worst_run_cost"],
+             s["median_run_cost"], s["violations"]]  # fmt: skip
+    print("| " + " | ".join("not measured" if c is None else str(c) for c in cells) + " |", flush=True)
 
 
 def commit() -> str:
@@ -316,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
         default=float("inf"),
         help="start no run after this many seconds: what was measured is written, the rest is not run",
     )
+    ap.add_argument(
+        "--shared-library",
+        action="store_true",
+        help="one gitmd for every program of the call, their runs interleaved (default: one each)",
+    )
     a = ap.parse_args(argv)
     deadline = time.monotonic() + a.budget_s
     known = corpus_programs(a.manifest, a.src)
@@ -339,6 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     head += " | violations"
     print(f"| {head} |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    ctx = {"meta": meta, "halves": halves, "peaks": peaks, "out": a.out, "runs_asked": a.runs}
+    if a.shared_library:
+        shared(a, names, known, levers, logs, base, deadline, ctx)
+        return 0
     for name in names:
         if time.monotonic() > deadline:
             print(f"{name}: not run (budget spent)", flush=True)
@@ -351,52 +496,14 @@ def main(argv: list[str] | None = None) -> int:
             orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, set(meta[name].get("needs", [])))
             runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s, deadline)
             attach_jobs(p, g, runs)
-            try:
-                learned: list[dict[str, Any]] | str = library(g)  # policies and launch trials
-            except Exception as e:  # extra evidence: its absence is written down
-                learned = f"library failed: {e}"
-            for r in runs:
-                j = r.get("job") or {}
-                share = (j.get("cost") or {}).get("share")
-                said = f"windows {j.get('windows')} phase {j.get('phase')!r} policy {j.get('policy_id')}"
-                print(f"{name} run {r['run']}: gitmd recorded {said} run_s {j.get('run_s')} share {share}")
+            learned = library_of(g)
+            said(name, runs)
         finally:
             g.stop()
             if g.log.exists():
                 shutil.copy(g.log, logs / f"{name}-gitmd.log")
             archive_windows(g, a.out / f"windows-{name}.tgz")
-        if not runs:
-            continue
-        s = summarise(runs)
-        doc = {
-            "program": name,
-            "repo": meta[name]["repo"],
-            "half": halves.get(name, "unsplit"),
-            "measured_at": {"date": datetime.date.today().isoformat(), "gitmd_commit": commit()},
-            "argv": sys.argv,
-            "clock": p.clock or "wall",
-            "oracle": orc,
-            "runs_asked": a.runs,
-            "library": learned,
-            "runs": runs,
-            "summary": {**s, "oracle_speedup": orc.get("best_speedup")},
-        }
-        if "work" in meta[name]:  # a GEMM- or copy-bound program: its share of the GPU's ceiling
-            doc["ceiling"] = {
-                **ceiling(
-                    meta[name]["work"],
-                    [r["plain"]["clock"] for r in runs],
-                    [r["gitmd"]["clock"] for r in runs],
-                    peaks,
-                ),
-                "peaks": peaks,
-            }
-        (a.out / f"corpus-{name}.json").write_text(json.dumps(doc, indent=1))
-        best = f"{orc.get('best')} {orc.get('best_speedup')}" if orc["measured"] else "not measured"
-        first = "none" if s["first_policy_run"] is None else str(s["first_policy_run"])
-        cells = [name, doc["half"], best, first, s["delivered_speedup"], s["worst_run_cost"],
-                 s["median_run_cost"], s["violations"]]  # fmt: skip
-        print("| " + " | ".join("not measured" if c is None else str(c) for c in cells) + " |", flush=True)
+        write_program(name, p, orc, runs, learned, ctx)
     return 0
 
 

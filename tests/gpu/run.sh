@@ -108,10 +108,12 @@ for part in "${PARTS[@]}"; do
       ;;
     corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE,
       # CORPUS_BUDGET_S (no program is started once it is spent), GITMD_COMMIT (the commit measured: the
-      # GPU host's copy of the tree keeps the session's first commit in .git; pass `git rev-parse` from here)
+      # GPU host's copy of the tree keeps the session's first commit in .git; pass `git rev-parse` from here),
+      # CORPUS_SHARED=1 (one library for all of CORPUS_PROGRAMS, their runs interleaved: e.g. the six timm
+      # benchmark.py programs, CORPUS_ORACLE=none, to see whether one's launch is taken for another's)
       corpus_src
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
-        ${CORPUS_BUDGET_S:+--budget-s "$CORPUS_BUDGET_S"} \
+        ${CORPUS_BUDGET_S:+--budget-s "$CORPUS_BUDGET_S"} ${CORPUS_SHARED:+--shared-library} \
         --oracle-levers "${CORPUS_ORACLE:-}" --out "$OUTDIR/corpus" 2>&1 | tee "$OUTDIR/corpus.md"
       # the device tool brings back a bounded number of files: the per-run logs travel as one archive
       [ -d "$OUTDIR/corpus/logs" ] && tar czf "$OUTDIR/corpus-logs.tgz" -C "$OUTDIR/corpus" logs && rm -rf "$OUTDIR/corpus/logs"

@@ -98,3 +98,34 @@ def test_a_spent_budget_runs_nothing_more_and_says_so(short_tmp: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert "toy: not run (budget spent)" in r.stdout
     assert not (out / "corpus-toy.json").exists()  # nothing measured: no raw file claims otherwise
+
+
+def test_one_library_for_several_programs_interleaves_their_runs(short_tmp: Path) -> None:
+    """--shared-library: one gitmd for every program of the call (as one host runs several), run 1
+    of each, then run 2 of each; each raw file says which workloads its runs were given and which
+    it shares with another program. Here: one script run with two arguments, as timm's
+    benchmark.py --model X is six corpus programs (no fingerprint on the simulated backend: no
+    workload, so nothing shared)."""
+    manifest = toy_corpus(short_tmp)
+    text = manifest.read_text()
+    second = text.split("[[program]]")[1].replace('name = "toy"', 'name = "toy-b"')
+    second = second.replace('"toy.py"]', '"toy.py", "--model", "b"]', 1)
+    manifest.write_text(text + "[[program]]" + second)
+    out = short_tmp / "results" / "2026-12-04-corpus-shared"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy,toy-b", "--runs", "2",
+         "--oracle-levers", "none", "--out", str(out), "--manifest", str(manifest),
+         "--src", str(short_tmp / "src"), "--backend", "sim", "--shared-library"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [x for x in r.stdout.splitlines() if " run " in x and ": ratio " in x]
+    assert [x.split(":")[0] for x in lines] == ["toy run 1", "toy-b run 1", "toy run 2", "toy-b run 2"]
+    docs = {n: json.loads((out / f"corpus-{n}.json").read_text()) for n in ("toy", "toy-b")}
+    for name, doc in docs.items():
+        assert [x["run"] for x in doc["runs"]] == [1, 2] and all(x["job"] for x in doc["runs"]), name
+        shared = doc["shared_library"]
+        assert shared["programs"] == ["toy", "toy-b"] and shared["shared_with"] == {"toy": {}, "toy-b": {}}
+    ids = [{x["job"]["id"] for x in d["runs"]} for d in docs.values()]
+    assert not ids[0] & ids[1]  # each program's runs joined to its own jobs
+    assert (out / "logs" / "shared-gitmd.log").stat().st_size > 0

@@ -274,6 +274,24 @@ def test_the_scoreboard_archives_the_windows_gitmd_kept(tmp_path: Path) -> None:
     assert board.archive_windows(g, tmp_path / "w.tgz") is True
     with tarfile.open(tmp_path / "w.tgz") as tar:
         assert "windows/abc123/7.npz" in tar.getnames()
+    # one library for several programs: each program's archive holds its own jobs' windows only
+    (lib / "windows" / "def456").mkdir()
+    (lib / "windows" / "def456" / "2.npz").write_bytes(b"npz")
+    assert board.archive_windows(g, tmp_path / "mine.tgz", {"def456"}) is True
+    with tarfile.open(tmp_path / "mine.tgz") as tar:
+        assert tar.getnames() == ["windows/def456", "windows/def456/2.npz"]
+    assert board.archive_windows(g, tmp_path / "nobody.tgz", {"zzz"}) is False
+
+
+def test_one_librarys_programs_say_which_workloads_they_share() -> None:
+    board = _load("scoreboard")
+
+    def runs(*wids: str) -> list[dict]:
+        return [{"job": {"workload_id": w}} for w in wids] + [{"job": None}]
+
+    got = board.shared_workloads({"a": runs("w1", "w1"), "b": runs("w2", "w1"), "c": runs("", "w3")})
+    assert got["workloads"] == {"a": ["w1"], "b": ["w1", "w2"], "c": ["w3"]}
+    assert got["shared_with"] == {"a": {"b": ["w1"]}, "b": {"a": ["w1"]}, "c": {}}
 
 
 def test_the_runs_ratios_get_an_interval() -> None:
