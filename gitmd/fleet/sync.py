@@ -24,7 +24,7 @@ from gitmd.config import FleetConfig
 from gitmd.errors import GitmdError, UnavailableError
 from gitmd.fleet.schema import MAX_PAYLOAD_BYTES, migrate
 from gitmd.jobs.frameworks import plain_frameworks
-from gitmd.jobs.launch_key import COMMAND_SEP
+from gitmd.store import launch_keys
 from gitmd.store.library import Library
 from gitmd.store.library_document import check_env, check_live
 from gitmd.store.library_model import policy_from_row, signature_from_json
@@ -198,11 +198,7 @@ class FleetSync:
                 return None
             p = policy_from_row(rows[0])
             w = next(iter(db.query("SELECT * FROM workloads WHERE id = ?", [p.workload_id])), None)
-            keys = [r[0] for r in db.conn.execute(  # those that may resolve a launch (library._RESOLVING)
-                "SELECT key FROM launch_keys WHERE workload_id = ? AND (given = 1 OR instr(key, ?) > 0) "
-                "ORDER BY last_seen_ns DESC LIMIT ?",
-                [p.workload_id, COMMAND_SEP, MAX_KEYS],
-            )]  # fmt: skip
+            keys = launch_keys.resolving(db.conn, p.workload_id, MAX_KEYS, newest_first=True)
         origin = str(p.evidence.get("origin") or f"{self.node}:{p.id}")
         if kind == "revert":
             return {"origin": origin, "payload": {"reason": "reverted on " + self.node}}

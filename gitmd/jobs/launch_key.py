@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from typing import NamedTuple
 
 _PYTHON = re.compile(r"^(python[\d.]*|pypy[\d.]*)$")
 # executables that run a Python script or module named later on their command line
@@ -147,31 +148,46 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def launch_key(command: list[str], cwd: str, _depth: int = 0) -> str:
-    if not command:
-        return ""
+class _Program(NamedTuple):
+    """What a command line runs: ``interp`` "python", a shell's name, or "" (an executable, or a
+    wrapper around what is not read); ``kind`` "-m", "-c", "script", "exe" or "" (none named);
+    ``what`` the module, code, path or executable; ``exe`` the basename of the word it starts with."""
+
+    interp: str
+    kind: str
+    what: str
+    exe: str
+
+
+def _program(command: list[str], depth: int = 0) -> _Program:
+    """The program a (non-empty) command line runs, looked through launchers and wrappers."""
     exe = os.path.basename(command[0])
-    if exe in _WRAPPERS and _depth < 4:
+    if exe in _WRAPPERS and depth < 4:
         inner = _wrapped(command)
-        if inner is not None:
-            return launch_key(inner, cwd, _depth + 1)
-        return exe  # generic: a wrapper around something not read here
+        return _program(inner, depth + 1) if inner is not None else _Program("", "", exe, exe)
     if exe in _SHELLS:
-        kind, what = _shell_target(command)
-        if kind == "-c":
-            return f"{exe} -c {_digest(what)}"
-        return f"{exe} {_absolute(cwd, what)}" if kind == "script" else exe
+        return _Program(exe, *_shell_target(command), exe)
     if command[0].endswith(".py") and not _is_python(command[0]):
-        return "python " + _absolute(cwd, command[0])  # a script run by its #! line: `python x.py` too
+        return _Program("python", "script", command[0], exe)  # run by its #! line: `python x.py` too
     target = _python_target(command)
     if target is None:
-        return _absolute(cwd, command[0]) if "/" in command[0] else command[0]
-    kind, what = target
-    if kind == "-m":
-        return f"python -m {what}"
-    if kind == "-c":
-        return "python -c " + _digest(what)
-    return "python " + _absolute(cwd, what) if kind == "script" else f"python {exe}"
+        return _Program("", "exe", command[0], exe)
+    return _Program("python", *target, exe)
+
+
+def launch_key(command: list[str], cwd: str) -> str:
+    if not command:
+        return ""
+    p = _program(command)
+    if not p.interp:  # an executable, or (generic) a wrapper around something not read here
+        return _absolute(cwd, p.what) if p.kind == "exe" and "/" in p.what else p.what
+    if p.kind == "-c":
+        return f"{p.interp} -c {_digest(p.what)}"
+    if p.kind == "script":
+        return f"{p.interp} {_absolute(cwd, p.what)}"
+    if p.kind == "-m":
+        return f"python -m {p.what}"
+    return f"python {p.exe}" if p.interp == "python" else p.interp  # generic: none named
 
 
 COMMAND_SEP = " #command:"
@@ -210,7 +226,7 @@ def names_program(key: str) -> bool:
 def generic(key: str) -> bool:
     """The key (owned or not) names no one program: a shell, interpreter, launcher or wrapper with
     no program of its own read from the command line (`bash`, `python python3`, `srun`). Such a key
-    never resolves to a workload (library.by_launch_key)."""
+    never resolves to a workload (library.at_launch)."""
     key = _unowned(key)
     if not key:
         return True
@@ -239,25 +255,19 @@ def owned(uid: int, key: str) -> str:
     return f"uid:{uid} {key}" if key else ""
 
 
-def default_name(command: list[str], _depth: int = 0) -> str:
+def default_name(command: list[str]) -> str:
     """A job's name when none is given: the program it runs (`train` for `python3 train.py`, for
     `torchrun ... train.py` and for `srun python train.py`, the module for `-m`, `run` for
     `bash run.sh`), else the executable's basename. Every Python job was named `python3` before
     (hardening issue, item 11)."""
     if not command:
         return ""
-    exe = os.path.basename(command[0])
-    if exe in _WRAPPERS and _depth < 4:
-        inner = _wrapped(command)
-        return default_name(inner, _depth + 1) if inner is not None else exe
-    if exe in _SHELLS:
-        kind, what = _shell_target(command)
-        return os.path.basename(what).removesuffix(".sh") or exe if kind == "script" else exe
-    if command[0].endswith(".py") and not _is_python(command[0]):
-        return exe[: -len(".py")] or exe
-    kind, what = _python_target(command) or ("", "")
-    if kind == "-m":
-        return what
-    if kind == "script":
-        return os.path.basename(what)[: -len(".py")] or exe
-    return exe
+    p = _program(command)
+    if p.kind == "-m":
+        return p.what
+    if p.kind == "script":
+        name = os.path.basename(p.what)
+        return name.removesuffix(".sh" if p.interp != "python" else ".py") or p.exe
+    if p.kind == "exe" or not p.interp:
+        return os.path.basename(p.what)
+    return p.exe

@@ -19,7 +19,8 @@ from typing import Any
 from gitmd.analysis.fingerprint import MATCH_THRESHOLD, Signature, heavy_families, similarity
 from gitmd.errors import InvalidArgumentError, NotFoundError
 from gitmd.experiments.equivalence import Contract
-from gitmd.jobs.launch_key import COMMAND_SEP, generic, names_program
+from gitmd.jobs.launch_key import generic, names_program
+from gitmd.store import launch_keys as links
 from gitmd.store.db import Store
 from gitmd.store.library_document import (
     FORBIDDEN_ENV,
@@ -66,25 +67,6 @@ __all__ = [
 ]
 
 
-def _give_key(db: Any, key: str, workload_id: str, now: int) -> None:
-    """Link a key someone stated for the workload (an import, the fleet): a key already linked to
-    another workload stays there, one linked to this one is now a given one (by_launch_key)."""
-    db.execute(
-        "INSERT INTO launch_keys (key, workload_id, last_seen_ns, given) VALUES (?, ?, ?, 1) "
-        "ON CONFLICT (key) DO UPDATE SET given = 1 WHERE launch_keys.workload_id = excluded.workload_id",
-        [key, workload_id, now],
-    )
-
-
-# A key that may resolve a launch (gitmd/loop/launch.py): one stated for its workload (an import,
-# the fleet) or a command key (one exact command line, linked when a run of it was fingerprinted).
-# A script's key linked by an observed run does not: the script may run other programs by its
-# arguments. Only these are listed, exported and sent to the fleet.
-_RESOLVING = f"(k.given = 1 OR instr(k.key, '{COMMAND_SEP}') > 0)"
-# command keys kept per workload (a job whose arguments change every run adds one a run)
-MAX_COMMAND_KEYS = 16
-
-
 class Library:
     def __init__(self, store: Store, allowed_env: frozenset[str] | None = None) -> None:
         """``allowed_env``: the only variables a policy may set — the launch levers' own
@@ -96,13 +78,7 @@ class Library:
 
     # -- reading -------------------------------------------------------------------------------
     def _workload(self, db: Any, row: dict[str, Any]) -> Workload:
-        keys = tuple(
-            r["key"]
-            for r in db.query(
-                f"SELECT key FROM launch_keys k WHERE workload_id = ? AND {_RESOLVING} ORDER BY key",
-                [row["id"]],
-            )
-        )
+        keys = tuple(links.resolving(db.conn, row["id"]))
         pols = tuple(
             policy_from_row(r)
             for r in db.query("SELECT * FROM policies WHERE workload_id = ? ORDER BY id", [row["id"]])
@@ -165,46 +141,29 @@ class Library:
                 self._workload(db, r) for r in db.query("SELECT * FROM workloads ORDER BY last_seen_ns DESC")
             ]
 
-    def by_launch_key(self, key: str, given: bool = False) -> Workload | None:
-        """The workload last seen under this launch key (one indexed lookup); none for a key that
-        names no one program (launch_key.generic: `bash`, `srun`), whose runs may be any program.
-        ``given``: only a key someone stated for it (an import, the fleet), not one gitmd linked."""
-        if not key or generic(key):
-            return None
-        with self.store.reading() as db:
-            # conn.execute, not db.query: this runs on every registration, and sqlite-utils wraps
-            # each query in a savepoint.
-            cur = db.conn.execute(
-                "SELECT w.* FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ?"
-                + (" AND k.given = 1" if given else ""),
-                [key],
-            )
-            row = cur.fetchone()
-            if row is None:
-                return None
-            return self._workload(db, dict(zip([c[0] for c in cur.description], row, strict=True)))
+    def by_launch_key(self, key: str) -> Workload | None:
+        """The workload last linked to this launch key, however it was linked (at_launch says
+        whether the link may resolve a launch); none for a generic key (`bash`, `srun`)."""
+        return self._linked(key, "")[0]
 
     def at_launch(self, key: str, command_key: str) -> tuple[Workload | None, bool]:
         """For a registration, in one indexed read: the workload its command key names, else the one
         its launch key names, and whether that link may resolve the launch by itself (a command
-        key, or a key stated for the workload: _RESOLVING). (None, False) for a generic key."""
+        key, or a key stated for the workload: launch_keys.RESOLVING). (None, False) for a
+        generic key."""
+        return self._linked(key, command_key)
+
+    def _linked(self, key: str, command_key: str) -> tuple[Workload | None, bool]:
         if not key or generic(key):
             return None, False
-        keys = [k for k in (command_key, key) if k]
         with self.store.reading() as db:
-            cur = db.conn.execute(
-                f"SELECT k.key AS link_key, {_RESOLVING} AS link_resolves, w.* FROM launch_keys k "
-                f"JOIN workloads w ON w.id = k.workload_id WHERE k.key IN ({','.join('?' * len(keys))})",
-                keys,
-            )
-            names = [c[0] for c in cur.description]
-            rows = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
-            row = rows.get(command_key) or rows.get(key)
-            if row is None:
+            # conn.execute, not db.query: this runs on every registration, and sqlite-utils wraps
+            # each query in a savepoint
+            found = links.lookup(db.conn, [k for k in (command_key, key) if k])
+            hit = found.get(command_key) or found.get(key)
+            if hit is None:
                 return None, False
-            resolves = bool(row.pop("link_resolves"))
-            row.pop("link_key")
-            return self._workload(db, row), resolves
+            return self._workload(db, hit[0]), hit[1]
 
     # -- learning ------------------------------------------------------------------------------
     def observe(
@@ -255,25 +214,7 @@ class Library:
                 "UPDATE workloads SET last_seen_ns = ?, run_count = run_count + ? WHERE id = ?",
                 [now, 1 if new_run else 0, best_id],
             )
-            for key in (launch_key, command_key):
-                if key and not generic(key):  # one that names no program resolves to none
-                    # a stated key that a fingerprint moves to another workload was not stated for it
-                    db.execute(
-                        "INSERT INTO launch_keys (key, workload_id, last_seen_ns) VALUES (?, ?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET "
-                        "given = CASE WHEN workload_id = excluded.workload_id THEN given ELSE 0 END, "
-                        "workload_id = excluded.workload_id, last_seen_ns = excluded.last_seen_ns",
-                        [key, best_id, now],
-                    )
-            if command_key:
-                # the newest MAX_COMMAND_KEYS of those linked here, the one just linked among them
-                # (stated ones are the fleet's or an import's, not counted nor removed)
-                db.execute(
-                    "DELETE FROM launch_keys WHERE workload_id = ? AND given = 0 AND instr(key, ?) > 0 "
-                    "AND key != ? AND key NOT IN (SELECT key FROM launch_keys WHERE workload_id = ? "
-                    "AND given = 0 AND instr(key, ?) > 0 ORDER BY last_seen_ns DESC LIMIT ?)",
-                    [best_id, COMMAND_SEP, command_key, best_id, COMMAND_SEP, MAX_COMMAND_KEYS],
-                )
+            links.link(db, best_id, launch_key, command_key, now)
         return best_id
 
     def adopt(self, sig: Signature, name: str, launch_keys: Sequence[str]) -> str:
@@ -290,8 +231,8 @@ class Library:
             wid = None
             for key in keys:
                 row = db.execute(
-                    "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id "
-                    f"WHERE k.key = ? AND (w.owner_uid IS ? OR w.owner_uid IS NULL) AND {_RESOLVING}",
+                    "SELECT w.id FROM launch_keys k JOIN workloads w ON w.id = k.workload_id WHERE k.key = ? "
+                    f"AND (w.owner_uid IS ? OR w.owner_uid IS NULL) AND {links.RESOLVING}",
                     [key, owner],
                 ).fetchone()
                 if row is not None:
@@ -308,7 +249,7 @@ class Library:
                     [wid, name, signature_json(sig), now, now, owner],
                 )
             for key in keys:
-                _give_key(db, key, wid, now)
+                links.give(db, key, wid, now)
         return wid
 
     # -- operator actions ----------------------------------------------------------------------
@@ -437,7 +378,7 @@ class Library:
                     )
                     added_w += 1
                 for key in w["launch_keys"]:
-                    _give_key(db, key, w["id"], now)
+                    links.give(db, key, w["id"], now)
                 have = {
                     (json.dumps(policy_from_row(r).env, sort_keys=True), r["status"])
                     for r in db.query("SELECT * FROM policies WHERE workload_id = ?", [w["id"]])

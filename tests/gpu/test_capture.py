@@ -84,6 +84,16 @@ def wait_processes(d: Daemon, name: str, n: int, timeout_s: float = 60) -> dict[
     raise AssertionError(f"job {name}: fewer than {n} rings appeared")
 
 
+def wait_gpus(d: Daemon, name: str, view: dict[str, Any], timeout_s: float = 30) -> dict[str, Any]:
+    """The job's view once every process in it shows its GPUs (they come from the next telemetry
+    sample), or the last one seen when ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not all(p.get("gpus") for p in view["processes"]):
+        time.sleep(0.5)
+        view = ctl_json(d.socket, "job", name)
+    return view
+
+
 def traced(d: Daemon, job: str, seconds: float, out: Path) -> tuple[threading.Thread, dict[str, Any]]:
     result: dict[str, Any] = {}
 

@@ -5,15 +5,22 @@ window holds both ranks' kernels."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gitmd.capture import capture_file
-from tests.gpu.test_capture import CONFIG, PROGRAMS, save_fixture, start_job, traced, wait_processes
-from tests.integration.conftest import ROOT, Daemon, ctl_json, free_port
+from tests.gpu.test_capture import (
+    CONFIG,
+    PROGRAMS,
+    save_fixture,
+    start_job,
+    traced,
+    wait_gpus,
+    wait_processes,
+)
+from tests.integration.conftest import ROOT, Daemon, free_port
 
 
 @pytest.mark.timeout(300)
@@ -30,11 +37,7 @@ def test_a_torchrun_jobs_ranks_are_one_job(daemon_factory: Any, short_tmp: Path)
         ready = sorted(job.stdout.readline().split() for _ in range(2))
         assert [r[0:2] for r in ready] == [["ready", "0"], ["ready", "1"]], ready
         pids = {int(r[2]): int(r[1]) for r in ready}  # pid -> rank
-        view = wait_processes(d, "ddp", 2)
-        deadline = time.monotonic() + 30  # the GPUs come from the next telemetry sample
-        while time.monotonic() < deadline and not all(p.get("gpus") for p in view["processes"]):
-            time.sleep(0.5)
-            view = ctl_json(d.socket, "job", "ddp")
+        view = wait_gpus(d, "ddp", wait_processes(d, "ddp", 2))
         by_pid = {int(p["pid"]): p for p in view["processes"]}
         assert set(pids) <= set(by_pid), view["processes"]  # torchrun's own process has no ring
         for pid, rank in pids.items():

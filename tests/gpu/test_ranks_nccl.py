@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from tests.gpu.conftest import gpu_count
-from tests.gpu.test_capture import PROGRAMS, start_job, wait_processes
+from tests.gpu.test_capture import PROGRAMS, start_job, wait_gpus, wait_processes
 from tests.gpu.test_experiments import CONFIG, experiments, keep_log, out
-from tests.integration.conftest import ROOT, Daemon, ctl, ctl_json, free_port
+from tests.integration.conftest import ROOT, Daemon, ctl, free_port
 
 
 def two_gpus() -> bool:
@@ -74,11 +74,7 @@ def test_the_slow_rank_is_named_and_the_other_waits_in_its_collectives(
     try:
         pids = ready(job)
         slow = next(pid for pid, rank in pids.items() if rank == 1)
-        view = wait_processes(d, "nccl", 2)
-        deadline = time.monotonic() + 30  # the GPUs come from the next telemetry sample
-        while time.monotonic() < deadline and not all(p.get("gpus") for p in view["processes"]):
-            time.sleep(0.5)
-            view = ctl_json(d.socket, "job", "nccl")
+        view = wait_gpus(d, "nccl", wait_processes(d, "nccl", 2))
         by_pid = {int(p["pid"]): p for p in view["processes"]}
         for pid, rank in pids.items():  # one rank per GPU, each shown with its own
             assert (by_pid[pid].get("rank"), by_pid[pid]["gpus"]) == (rank, [rank]), by_pid[pid]

@@ -63,7 +63,7 @@ def test_shell_code_is_keyed_by_its_text() -> None:
 
 
 def test_which_keys_are_generic() -> None:
-    """A generic key names no one program; it never resolves to a workload (library.by_launch_key)."""
+    """A generic key names no one program; it never resolves to a workload (library.at_launch)."""
     from gitmd.jobs.launch_key import generic, owned
 
     for command in (["bash"], ["python3"], ["srun", "./a"], ["python", "-m", "torch.distributed.run", "x"]):

@@ -76,7 +76,8 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     assert w.launch_keys == (ck,) and w.active_policy.env == {  # type: ignore[union-attr]
         "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"
     }
-    assert dst.by_launch_key(ck, given=True).id == wid  # type: ignore[union-attr]
+    w, resolves = dst.at_launch(ck, "")  # a stated key
+    assert resolves and w.id == wid  # type: ignore[union-attr]
 
 
 def test_import_never_silently_replaces_a_pinned_policy(tmp_path: Path) -> None:
@@ -390,15 +391,16 @@ def test_what_may_resolve_a_launch_is_kept_apart_from_what_a_run_linked(tmp_path
     its workload; a script's key linked by observed runs is neither listed nor used to pick the
     workload a fleet policy belongs to; command keys are kept to the newest MAX_COMMAND_KEYS."""
     from gitmd.jobs.launch_key import command_key
-    from gitmd.store.library import MAX_COMMAND_KEYS
+    from gitmd.store.launch_keys import MAX_COMMAND_KEYS
 
     lb = lib(tmp_path)
     key = "uid:1000 python /w/bench.py"
     fleet = lb.adopt(TRAIN, "bench", [key])  # stated for TRAIN's workload
-    assert lb.by_launch_key(key, given=True).id == fleet  # type: ignore[union-attr]
+    w, resolves = lb.at_launch(key, "")
+    assert resolves and w.id == fleet  # type: ignore[union-attr]
     other = lb.observe(OTHER, key, "bench", new_run=True, owner_uid=1000)  # a fingerprint moves it
     assert other != fleet and lb.by_launch_key(key).id == other  # type: ignore[union-attr]
-    assert lb.by_launch_key(key, given=True) is None  # nobody stated it for OTHER's workload
+    assert lb.at_launch(key, "")[1] is False  # nobody stated it for OTHER's workload
     # a fleet policy for a third program through the same script: not put on OTHER's workload by
     # the key its runs linked
     third = Signature(("sgemm",), {"sgemm": 1.0})
@@ -416,7 +418,7 @@ def test_the_command_key_cap_keeps_the_lines_run_here_beside_the_fleets(tmp_path
     """Second review: command keys the fleet stated counted in the cap, so the lines run here before
     a fleet policy came were deleted at the next run."""
     from gitmd.jobs.launch_key import command_key
-    from gitmd.store.library import MAX_COMMAND_KEYS
+    from gitmd.store.launch_keys import MAX_COMMAND_KEYS
 
     lb = lib(tmp_path)
     key = "uid:1000 python /w/bench.py"
