@@ -25,6 +25,12 @@ within it.
 Runs with no length (no CUDA, failed early) and runs that died by a signal (a crash is never
 evidence: it may be gitmd's) spoil their pair; after ``MAX_SPOILED`` such runs the trial is
 abandoned.
+
+A trial's runs are of one command line (``command``: launch_key.command_digest, the run's that
+planned it). A workload is a program, and its command lines may ask it for other work (more steps,
+another batch, other data): a pair of two of them measured the work, not the lever, and could
+promote anything. A launch of another command line of the workload gets no arm; after
+``MAX_SKIPPED`` such launches in a row the trial is abandoned (its command line stopped coming).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from gitmd.levers.registry import make
 from gitmd.store.db import Store
 
 MAX_SPOILED = 6
+MAX_SKIPPED = 6  # launches of the workload's other command lines in a row, while a trial waits for its own
 # what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
 METRICS = {
     "run_s": "run_s: the run's own clock, CUDA initialisation to exit",
@@ -63,6 +70,10 @@ class LaunchTrial:
     decision: dict[str, Any] = field(default_factory=dict)
     cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
     predicted: float = 0.0  # the gain attribution predicted: 1 / (1 - the cause's cost share); 0: none
+    command: str = (
+        ""  # the command line its runs are of (launch_key.command_digest; "": bound by its next run)
+    )
+    skipped: int = 0  # launches of the workload's other command lines since its latest run
 
     @property
     def bound(self) -> float:
@@ -86,18 +97,19 @@ class LaunchTrial:
         clock = self.clock()
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            if all(_measured(r) and _clock(r) == clock for r in (x, y)):
+            if all(_measured(r) and _clock(r) == clock for r in (x, y)) and _same_work(x, y):
                 out.append((x, y) if x["arm"] == "A" else (y, x))
         return out
 
     def spoiled(self) -> int:
         """Runs that are no evidence: ended with no length or crashed, and one run of each
-        complete pair not on the trial's clock."""
+        complete pair not on the trial's clock or of two command lines."""
         bad = sum(1 for r in self.runs if r.get("done") and not _measured(r))
         clock = self.clock()
         for i in range(0, len(self.runs) - 1, 2):
             x, y = self.runs[i], self.runs[i + 1]
-            bad += all(_measured(r) for r in (x, y)) and not (_clock(x) == _clock(y) == clock)
+            same = _clock(x) == _clock(y) == clock and _same_work(x, y)
+            bad += all(_measured(r) for r in (x, y)) and not same
         return bad
 
     def clock(self) -> str:
@@ -107,6 +119,11 @@ class LaunchTrial:
 
 def _measured(run: dict[str, Any]) -> bool:
     return bool(run.get("done") and run.get("run_s") and not run.get("crashed"))
+
+
+def _same_work(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Two runs of one command line (runs recorded before trials had one say none: taken as such)."""
+    return not (x.get("command") and y.get("command") and x["command"] != y["command"])
 
 
 def _clock(run: dict[str, Any]) -> str:
@@ -125,6 +142,8 @@ def _trial(r: dict[str, Any]) -> LaunchTrial:
         json.loads(r["decision"]),
         float(r.get("cause_share") or 0.0),
         float(r.get("predicted") or 0.0),
+        str(r.get("command") or ""),
+        int(r.get("skipped") or 0),
     )
 
 
@@ -157,9 +176,17 @@ class LaunchTrials:
         return next((t for t in self.of_workload(workload_id) if t.state == "running"), None)
 
     def plan(
-        self, workload_id: str, lever: EnvLever, cause: str, cause_share: float = 0.0, predicted: float = 0.0
+        self,
+        workload_id: str,
+        lever: EnvLever,
+        cause: str,
+        cause_share: float = 0.0,
+        predicted: float = 0.0,
+        command: str = "",
     ) -> LaunchTrial | None:
-        """A new trial, unless one runs for the workload or this lever was tried on it already."""
+        """A new trial, unless one runs for the workload or this lever was tried on it already.
+        ``command``: the command line its runs are to be of (the digest of the run that found the
+        cause; "": its first run's)."""
         now = time.time_ns()
         with self.store.transaction() as db:
             rows = list(
@@ -170,21 +197,32 @@ class LaunchTrials:
             )
             if rows:
                 return None
-            return self._insert(db, workload_id, lever, cause, cause_share, predicted, now)
+            return self._insert(db, workload_id, lever, cause, cause_share, predicted, now, command)
 
     def _insert(
-        self, db: Any, workload_id: str, lever: EnvLever, cause: str, share: float, predicted: float, now: int
+        self,
+        db: Any,
+        workload_id: str,
+        lever: EnvLever,
+        cause: str,
+        share: float,
+        predicted: float,
+        now: int,
+        command: str,
     ) -> LaunchTrial:
         cur = db.conn.execute(
             "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
-            "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-            (workload_id, lever.name, json.dumps(lever.setting), cause, share, predicted, now, now),
+            "state, created_ns, updated_ns, command) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+            (workload_id, lever.name, json.dumps(lever.setting), cause, share, predicted, now, now, command),
         )
         return self._get(db, int(cur.lastrowid or 0))
 
-    def plan_confirm(self, workload_id: str, lever: EnvLever, source: str) -> LaunchTrial | None:
-        """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs:
-        none while another trial of the workload runs, and one per policy."""
+    def plan_confirm(
+        self, workload_id: str, lever: EnvLever, source: str, command: str = ""
+    ) -> LaunchTrial | None:
+        """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs
+        of one command line (``command``, as ``plan``'s): none while another trial of the workload
+        runs, and one per policy."""
         pid = lever.setting["policy"]
         seen = (
             "SELECT id FROM launch_trials WHERE workload_id = ? AND (state = 'running' OR "
@@ -196,10 +234,15 @@ class LaunchTrials:
         with self.store.transaction() as db:
             if db.conn.execute(seen, [workload_id, lever.name, pid]).fetchone() is not None:
                 return None
-            return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns())
+            return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns(), command)
 
-    def assign(self, workload_id: str, job_id: str, uid: int) -> tuple[LaunchTrial, str] | None:
-        """The running trial of the workload and this run's arm (recorded), or None."""
+    def assign(
+        self, workload_id: str, job_id: str, uid: int, command: str = ""
+    ) -> tuple[LaunchTrial, str] | None:
+        """The running trial of the workload and this run's arm (recorded), or None when none runs.
+        A run of another command line (``command``: its launch_key.command_digest) than the trial's
+        gets no arm: the trial, its ``skipped`` count one higher, and arm "". A trial with no command
+        line yet is bound to this run's."""
         with self.store.transaction() as db:
             rows = list(
                 db.query(
@@ -209,11 +252,23 @@ class LaunchTrials:
             if not rows:
                 return None
             t = _trial(rows[0])
+            now = time.time_ns()
+            if command and t.command and command != t.command:
+                t.skipped += 1
+                db.conn.execute(
+                    "UPDATE launch_trials SET skipped = ?, updated_ns = ? WHERE id = ?",
+                    (t.skipped, now, t.id),
+                )
+                return t, ""
             arm = t.next_arm()
-            t.runs.append({"job_id": job_id, "arm": arm, "uid": uid, "done": False})
+            run: dict[str, Any] = {"job_id": job_id, "arm": arm, "uid": uid, "done": False}
+            if command:
+                run["command"] = command
+            t.runs.append(run)
+            t.command, t.skipped = t.command or command, 0
             db.conn.execute(
-                "UPDATE launch_trials SET runs = ?, updated_ns = ? WHERE id = ?",
-                (json.dumps(t.runs), time.time_ns(), t.id),
+                "UPDATE launch_trials SET runs = ?, command = ?, skipped = 0, updated_ns = ? WHERE id = ?",
+                (json.dumps(t.runs), t.command, now, t.id),
             )
             return t, arm
 

@@ -1,19 +1,53 @@
 """What earlier runs of a program did, read from the jobs table: their lengths on each clock, which
 were observed and what that cost them, the frameworks they ran. The loop's backoff, settle wait,
-trials and cost record ask these; JobRegistry (gitmd/jobs/registry.py) holds them as a mixin."""
+trials and cost record ask these; JobRegistry (gitmd/jobs/registry.py) holds them as a mixin.
+
+Each is asked of a launch key, and of one exact command line of it (``command``) where the answer
+is a length or what one cost: one script runs other work by its arguments (timm's benchmark.py
+--model X, or --steps N), so a length is compared only with runs of the same arguments."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Protocol
 
 from gitmd.store.db import Store
+
+# one exact command line: its words and its directory (Job.command, Job.cwd)
+Command = tuple[Sequence[str], str]
+
+
+class Run(Protocol):
+    """A run as the history is asked about it (Job has these)."""
+
+    @property
+    def launch_key(self) -> str: ...
+    @property
+    def created_ns(self) -> int: ...
+    @property
+    def command(self) -> tuple[str, ...]: ...
+    @property
+    def cwd(self) -> str: ...
+
+
+def _of(command: Command | None) -> tuple[str, list[object]]:
+    """The SQL that keeps the runs of ``command`` only ("" : every run of the key), and its args."""
+    if command is None:
+        return "", []
+    return "AND command = ? AND cwd = ? ", [json.dumps(list(command[0])), command[1]]
 
 
 class RunHistory:
     store: Store
 
     def earlier_runs_s(
-        self, launch_key: str, before_ns: int, runs: int = 3, clock: str = "registration"
+        self,
+        launch_key: str,
+        before_ns: int,
+        runs: int = 3,
+        clock: str = "registration",
+        command: Command | None = None,
     ) -> list[float]:
         """How long each of the latest ``runs`` runs of ``launch_key`` that exited cleanly (exit code
         0, or none reported) before ``before_ns`` lasted, newest first: a failed run says nothing of
@@ -25,17 +59,37 @@ class RunHistory:
         if clock not in ("registration", "run_s"):
             raise ValueError(f"unknown clock {clock!r}")
         span = "run_s" if clock == "run_s" else "(ended_ns - created_ns) / 1e9"
+        same, args = _of(command)
         with self.store.reading() as db:
             rows = db.conn.execute(
-                f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? "
+                f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? {same}"
                 "AND state = 'exited' AND COALESCE(exit_code, 0) = 0 AND ended_ns IS NOT NULL "
                 f"{'AND run_s > 0 ' if clock == 'run_s' else ''}ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, before_ns, runs],
+                [launch_key, before_ns, *args, runs],
             ).fetchall()
             return [float(r[0]) for r in rows]
 
+    # A run's program as far as its lengths go: its own command line's runs, or, while that line has
+    # none (its first run, or a line that changes every run: a seed, a dated directory), its launch
+    # key's (the same script with other arguments: the best guess there is, as before command lines
+    # were told apart; what a length is *compared* with never falls back: gitmd/loop/cost.py)
+    def program_runs_s(self, run: Run, runs: int = 3, clock: str = "registration") -> list[float]:
+        """earlier_runs_s of ``run``'s program (its command line's, else its key's)."""
+        mine = self.earlier_runs_s(run.launch_key, run.created_ns, runs, clock, (run.command, run.cwd))
+        return mine or self.earlier_runs_s(run.launch_key, run.created_ns, runs, clock)
+
+    def program_cost_shares(self, run: Run, runs: int = 3) -> list[float]:
+        """observed_cost_shares of ``run``'s program (its command line's, else its key's)."""
+        mine = self.observed_cost_shares(run.launch_key, run.created_ns, runs, (run.command, run.cwd))
+        return mine or self.observed_cost_shares(run.launch_key, run.created_ns, runs)
+
+    def program_window_slowdown(self, run: Run) -> float | None:
+        """window_slowdown of ``run``'s program (its command line's, else its key's)."""
+        mine = self.window_slowdown(run.launch_key, run.created_ns, (run.command, run.cwd))
+        return mine if mine is not None else self.window_slowdown(run.launch_key, run.created_ns)
+
     def observation_record(
-        self, launch_key: str, before_ns: int, command: tuple[tuple[str, ...], str] | None = None
+        self, launch_key: str, before_ns: int, command: Command | None = None
     ) -> tuple[int, int, int]:
         """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history),
         or of those with this exact ``command`` (its words, its directory): how many had a capture
@@ -43,11 +97,9 @@ class RunHistory:
         when that newest one was registered (0: none)."""
         if not launch_key:
             return 0, 0, 0
-        ended = "launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost')"
-        args: list[object] = [launch_key, before_ns]
-        if command is not None:
-            ended += " AND command = ? AND cwd = ?"
-            args += [json.dumps(list(command[0])), command[1]]
+        same, of = _of(command)
+        ended = f"launch_key = ? AND created_ns < ? {same}AND state IN ('exited', 'lost')"
+        args: list[object] = [launch_key, before_ns, *of]
         with self.store.reading() as db:
             observed, last = db.conn.execute(
                 f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0", args
@@ -57,34 +109,40 @@ class RunHistory:
             ).fetchone()
         return int(observed), int(since), int(last or 0)
 
-    def observed_cost_shares(self, launch_key: str, before_ns: int, runs: int = 3) -> list[float]:
+    def observed_cost_shares(
+        self, launch_key: str, before_ns: int, runs: int = 3, command: Command | None = None
+    ) -> list[float]:
         """What gitmd cost each of the latest ``runs`` ended runs of ``launch_key`` registered
         before ``before_ns`` that had a capture window, as a share of the run (their cost record's
         ``share``: measured where it could be, else modelled; gitmd/loop/cost.py), newest first;
         runs whose share is not known are left out."""
         if not launch_key:
             return []
+        same, args = _of(command)
         with self.store.reading() as db:
             rows = db.conn.execute(
                 "SELECT json_extract(cost, '$.share') FROM jobs WHERE launch_key = ? AND created_ns < ? "
-                "AND state IN ('exited', 'lost') AND windows > 0 AND json_valid(cost) "
+                f"{same}AND state IN ('exited', 'lost') AND windows > 0 AND json_valid(cost) "
                 "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, before_ns, runs],
+                [launch_key, before_ns, *args, runs],
             ).fetchall()
         return [float(r[0]) for r in rows if r[0] is not None]
 
-    def window_slowdown(self, launch_key: str, before_ns: int) -> float | None:
+    def window_slowdown(
+        self, launch_key: str, before_ns: int, command: Command | None = None
+    ) -> float | None:
         """What an open capture window cost the latest observed run of ``launch_key`` registered
         before ``before_ns``, as a fraction of the window's time, by gitmd's launch-cost model (its
         cost record's capture_model_s over window_s; gitmd/loop/cost.py); None when no such run."""
         if not launch_key:
             return None
+        same, args = _of(command)
         with self.store.reading() as db:
             row = db.conn.execute(
                 "SELECT json_extract(cost, '$.capture_model_s'), json_extract(cost, '$.window_s') FROM jobs "
-                "WHERE launch_key = ? AND created_ns < ? AND state IN ('exited', 'lost') AND windows > 0 "
-                "AND json_valid(cost) ORDER BY created_ns DESC LIMIT 1",
-                [launch_key, before_ns],
+                f"WHERE launch_key = ? AND created_ns < ? {same}AND state IN ('exited', 'lost') "
+                "AND windows > 0 AND json_valid(cost) ORDER BY created_ns DESC LIMIT 1",
+                [launch_key, before_ns, *args],
             ).fetchone()
         if row is None or row[0] is None or not row[1]:
             return None
@@ -113,7 +171,13 @@ class RunHistory:
         return [r[0] for r in rows]
 
     def unobserved_runs_s(
-        self, launch_key: str, policy_id: int, exclude: set[str], runs: int = 9, clock: str = "run_s"
+        self,
+        launch_key: str,
+        policy_id: int,
+        exclude: set[str],
+        runs: int = 9,
+        clock: str = "run_s",
+        command: Command | None = None,
     ) -> list[float]:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` with this policy that had no
         capture window and were no launch trial's run (their cost record says arm ""), ended
@@ -126,19 +190,25 @@ class RunHistory:
             raise ValueError(f"unknown clock {clock!r}")
         # on the launcher's clock, runs without the shim only: CUPTI merely loaded costs a run too
         shimless = "AND capture = 0 " if clock == "wall_s" else ""
+        same, args = _of(command)
         with self.store.reading() as db:
             rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
+                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
                 f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 "
                 f"AND policy_id = ? {shimless}"
                 "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
                 "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, policy_id, runs + len(exclude)],
+                [launch_key, *args, policy_id, runs + len(exclude)],
             )
             return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
 
     def plain_runs_s(
-        self, launch_key: str, exclude: set[str], runs: int = 5, clock: str = "run_s"
+        self,
+        launch_key: str,
+        exclude: set[str],
+        runs: int = 5,
+        clock: str = "run_s",
+        command: Command | None = None,
     ) -> list[float]:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
         policy, no crash and no launch trial's lever (its B arm), less ``exclude`` (job ids): the
@@ -149,13 +219,14 @@ class RunHistory:
         if clock not in ("run_s", "wall_s"):
             raise ValueError(f"unknown clock {clock!r}")
         shimless = "AND capture = 0 " if clock == "wall_s" else ""
+        same, args = _of(command)
         with self.store.reading() as db:
             rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? AND state = 'exited' "
+                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
                 f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {clock} > 0 {shimless}"
                 "AND COALESCE(CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END, '') != 'B' "
                 "ORDER BY created_ns DESC LIMIT ?",
-                [launch_key, runs + len(exclude)],
+                [launch_key, *args, runs + len(exclude)],
             )
             return [float(r["t"]) for r in rows if r["id"] not in exclude][:runs]
 

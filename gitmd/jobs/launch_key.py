@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 _PYTHON = re.compile(r"^(python[\d.]*|pypy[\d.]*)$")
@@ -199,8 +200,15 @@ def command_key(key: str, command: list[str], cwd: str) -> str:
     (a script whose arguments choose the program it runs: timm's benchmark.py --model X)."""
     if not key or not command or generic(key) or _unowned(key).startswith(WEAK_PREFIXES):
         return ""  # no command line to name (a Slurm job with none: its job name is all it has)
-    text = "\0".join([cwd, *command])
-    return f"{key}{COMMAND_SEP}{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return f"{key}{COMMAND_SEP}{command_digest(command, cwd)}"
+
+
+def command_digest(command: Sequence[str], cwd: str) -> str:
+    """One exact command line in one directory, as 16 hex digits. Two runs with one digest ran the
+    same arguments, so as far as gitmd can tell they did the same work: what a launch trial's pairs
+    must have in common (one workload's command lines differ in steps, batch or data, and so in
+    length), and what a run's length is compared with."""
+    return hashlib.sha1("\0".join([cwd, *command]).encode()).hexdigest()[:16]
 
 
 def _unowned(key: str) -> str:

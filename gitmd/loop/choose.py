@@ -9,6 +9,7 @@ import time
 from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport, idle_share
 from gitmd.errors import GitmdError
+from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -171,7 +172,7 @@ class Choose:
         training, H200 2026-12-04: a CPU trial started 5 s before each run's end). A program with
         fewer known runs may try."""
         d = self.d
-        runs = d.jobs.earlier_runs_s(job.launch_key, job.created_ns, runs=PAIR_RUNS)
+        runs = d.jobs.program_runs_s(job, runs=PAIR_RUNS)
         if len(runs) < PAIR_RUNS:
             return ""
         pair_s = 2 * (d.config.capture.window_duration_s + d.config.experiments.settle_s)
@@ -278,7 +279,12 @@ class Choose:
                     best = (expected, predicted, cause, lever)
         if best is not None:
             expected, predicted, cause, lever = best
-            t = d.launch_trials.plan(job.workload_id, lever, cause.name, reach(report, lever.name), predicted)
+            # its runs are of this run's command line: the cause was found there, and pairs of two
+            # command lines would compare their work (runs.LaunchTrial.command)
+            t = d.launch_trials.plan(
+                job.workload_id, lever, cause.name, reach(report, lever.name), predicted,
+                command=command_digest(job.command, job.cwd),
+            )  # fmt: skip
             if t is None:
                 return f"{lever.name}: not planned"
             log.info(

@@ -10,11 +10,12 @@
   2-6% for timm trainings whose observed runs cost 3-30% by their own clocks (H200 2026-12-04);
 - ``losing_arms_s``: measured — each treatment window of a live trial that was not kept, its step
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
-- ``trial_arm_s``: measured — a launch trial's treatment run against the workload's plain runs by
+- ``trial_arm_s``: measured — a launch trial's treatment run against its command line's plain runs by
   the clock the trial timed it on (its launcher's when it went without the shim), when slower
   (null when there are no plain runs to compare with);
-- ``observation_s``: measured — an observed run (one with windows) against the same program's
-  latest runs with the same policy that had none and were no trial's (capture.reobserve_every makes
+- ``observation_s``: measured — an observed run (one with windows) against the latest runs of its
+  exact command line (the same arguments: the same work) with the same policy that had none and
+  were no trial's (capture.reobserve_every makes
   them), when slower; 0 for a run with no window; null when fewer than OBSERVATION_BASE such runs
   exist. By the launcher's clock (exec to exit, ``clock`` "wall_s") where the run and its baseline
   have it: the runs without a window go without the shim, so that is the clock they share;
@@ -90,13 +91,15 @@ def exploration_left(
 def observation_of(
     d: Deps, job: Any, policy_id: int, run_s: float | None, wall_s: float | None
 ) -> tuple[float | None, str]:
-    """What an observed run cost against the program's runs without a window, and the clock it was
+    """What an observed run cost against its command line's runs without a window, and the clock it was
     measured on (see the module's ``observation_s``); None when fewer than OBSERVATION_BASE such
     runs are known on either clock."""
     for clock, mine in (("wall_s", wall_s), ("run_s", run_s)):
         if not mine:
             continue
-        base = d.jobs.unobserved_runs_s(job.launch_key, policy_id, {job.id}, clock=clock)
+        base = d.jobs.unobserved_runs_s(
+            job.launch_key, policy_id, {job.id}, clock=clock, command=(job.command, job.cwd)
+        )
         if len(base) >= OBSERVATION_BASE:
             return max(0.0, mine - statistics.median(base)), clock
     return None, ""
@@ -148,7 +151,7 @@ def run_cost(
         if arm == "B":
             # on the clock the trial timed it on: its launcher's when it went without the shim
             clock, mine = ("wall_s", wall_s) if st.shimless else ("run_s", run_s)
-            plain = d.jobs.plain_runs_s(job.launch_key, {job_id}, clock=clock)
+            plain = d.jobs.plain_runs_s(job.launch_key, {job_id}, clock=clock, command=(job.command, job.cwd))
             trial_arm = max(0.0, mine - statistics.median(plain)) if plain and mine else None
     observation: float | None = 0.0
     clock = ""

@@ -79,7 +79,7 @@ class Observe:
         # registration they include the interpreter's start: timm's ResNet-50 runs lasted 21-23 s
         # that way and 9-10 s under CUDA, so every run waited 10 s and none got a window, H200
         # 2026-12-04)
-        runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        runs = self.d.jobs.program_runs_s(job, clock="run_s")
         age = self.first_window_age_s(job, runs)
         if self.pub.known(job.id):
             return "it got its workload's policy", age
@@ -106,7 +106,7 @@ class Observe:
         caller has them."""
         c = self.d.config.capture
         if runs is None:
-            runs = self.d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+            runs = self.d.jobs.program_runs_s(job, clock="run_s")
         if not runs:
             return c.settle_s
         # long runs, and a job that got its workload's policy (settles), never before settle_s
@@ -131,7 +131,7 @@ class Observe:
         full = c.first_window_s + c.session_windows * (c.window_duration_s + duty.TICK_S)
         if c.overhead_budget <= 0:
             return full
-        slowdown = self.d.jobs.window_slowdown(job.launch_key, job.created_ns)
+        slowdown = self.d.jobs.program_window_slowdown(job)
         if slowdown is None:
             slowdown = 1.0
         if slowdown <= 0:
@@ -158,13 +158,13 @@ class Observe:
         if c.overhead_budget <= 0 or not st.first_window_ns or st.window_s <= 0:
             return ""
         job = d.jobs.get(job_id)
-        runs = d.jobs.earlier_runs_s(job.launch_key, job.created_ns, clock="run_s")
+        runs = d.jobs.program_runs_s(job, clock="run_s")
         if not runs:
             return ""
         life = min(runs)
         # its expected end, on the registration clock (its processes' start would take the capture
         # lock, which an open window holds)
-        lasted = d.jobs.earlier_runs_s(job.launch_key, job.created_ns)
+        lasted = d.jobs.program_runs_s(job)
         end_ns = job.created_ns + int(min(lasted) * 1e9) if lasted else st.first_window_ns + int(life * 1e9)
         rate = st.window_kernels / st.window_s
         end_ns = max(end_ns, st.first_window_ns)
@@ -253,7 +253,7 @@ class Observe:
         budget = self.d.config.capture.observation_budget
         if budget <= 0:
             return 0, ""
-        shares = self.d.jobs.observed_cost_shares(job.launch_key, job.created_ns)
+        shares = self.d.jobs.program_cost_shares(job)
         if not shares:
             return 0, ""
         share = statistics.median(shares)

@@ -22,8 +22,9 @@ from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.errors import GitmdError
 from gitmd.experiments.decide import Decision
 from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
-from gitmd.experiments.runs import MAX_SPOILED, METRICS, LaunchTrial, decide_trial
+from gitmd.experiments.runs import MAX_SKIPPED, MAX_SPOILED, METRICS, LaunchTrial, decide_trial
 from gitmd.jobs.launch import LaunchPlan
+from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
 from gitmd.levers.registry import PolicyEnv
@@ -220,10 +221,23 @@ class Trials:
             return plan  # the common case, read only: no write transaction per registration
         if running.lever == PolicyEnv.name and not self._still_confirming(running, plan):
             return plan  # ended before this run took an arm in it
-        got = d.launch_trials.assign(workload_id, job.id, job.uid)
+        got = d.launch_trials.assign(workload_id, job.id, job.uid, command_digest(job.command, job.cwd))
         if got is None:
             return plan
         t, arm = got
+        if not arm:
+            # another command line of the workload: its length would compare other work
+            if t.skipped >= MAX_SKIPPED:
+                self._abandon(
+                    t,
+                    f"its command line has not run again: the workload's last {t.skipped} launches were of "
+                    "other command lines, whose runs do other work (their lengths are not its arms')",
+                )
+            else:
+                log.info("job %s (%s): no arm in launch trial %d (%s): the trial's runs are of the command "
+                         "line that planned it, this is another (%d of %d in a row before it is abandoned)",
+                         job.id, job.name, t.id, t.lever, t.skipped, MAX_SKIPPED)  # fmt: skip
+            return plan
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
         lever = t.lever_obj()
@@ -284,16 +298,14 @@ class Trials:
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
         if t.spoiled() >= MAX_SPOILED:
-            why = f"{t.spoiled()} runs have no length by their own clock or crashed"
-            d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
-            log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
-            if t.lever == PolicyEnv.name:  # a policy from the fleet not shown to hold here: not kept
-                crashed = any(r.get("crashed") and r["arm"] == "B" for r in t.runs)
-                self.confirmed(int(t.setting["policy"]), Decision(False, f"not decided: {why}", None),
-                               {"launch_trial": t.id}, suspect=crashed)  # fmt: skip
+            self._abandon(t, f"{t.spoiled()} runs have no length by their own clock, crashed, or pair with "
+                          "a run of another command line")  # fmt: skip
             return
         in_trial = {r["job_id"] for r in t.runs}
-        earlier = d.jobs.plain_runs_s(job.launch_key, exclude=in_trial, clock=t.clock())
+        # the workload's spread, from runs of the trial's command line only (the job's: its arm)
+        earlier = d.jobs.plain_runs_s(
+            job.launch_key, exclude=in_trial, clock=t.clock(), command=(job.command, job.cwd)
+        )
         dec = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
         if dec is None:
             return
@@ -351,6 +363,16 @@ class Trials:
             gpu_model=d.gpu_model(),
             driver=d.backend.driver_version() or "",
         )
+
+    def _abandon(self, t: LaunchTrial, why: str) -> None:
+        """The trial ends undecided; a policy from the fleet it was confirming is not kept here
+        (suspect only when a run with it crashed)."""
+        self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
+        log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
+        if t.lever == PolicyEnv.name:
+            crashed = any(r.get("crashed") and r["arm"] == "B" for r in t.runs)
+            self.confirmed(int(t.setting["policy"]), Decision(False, f"not decided: {why}", None),
+                           {"launch_trial": t.id}, suspect=crashed)  # fmt: skip
 
     def shutdown(self) -> None:
         with self.d.states.exp_lock:

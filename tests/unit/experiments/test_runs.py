@@ -4,6 +4,7 @@ an early stop only for a large effect beyond the workload's measured run-to-run 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 from gitmd.experiments.equivalence import Check, Contract
@@ -164,3 +165,48 @@ def test_a_pair_timed_on_two_clocks_is_no_evidence() -> None:
     e, f = run("A", 10.0), run("B", 2.0)
     t3 = trial(e, f, c, d)
     assert t3.pairs() == [(d, c)] and t3.spoiled() == 1
+
+
+def test_a_pair_of_two_command_lines_is_no_evidence() -> None:
+    """One workload, two command lines (--steps 1000 and --steps 100 fingerprint alike): their
+    lengths differ by the work asked, so a pair of the two would promote the lever 10x. Runs that
+    say their command line pair only with the same one; runs recorded before trials had one pair
+    as before."""
+    a, b = run("A", 100.0), run("B", 10.0)
+    a["command"], b["command"] = "c1000", "c100"
+    t = trial(a, b)
+    assert t.pairs() == [] and t.spoiled() == 1
+    assert decide_trial(t, CONTRACT, 1, 0.03, 1.5, earlier_plain_s=[99.0, 100.0, 101.0]) is None
+    c, d = run("B", 9.0), run("A", 10.0)
+    c["command"] = d["command"] = "c100"
+    assert trial(a, b, c, d).pairs() == [(d, c)]
+    assert trial(run("A", 10.0), run("B", 9.0)).spoiled() == 0  # no command recorded: as before
+
+
+def test_a_trials_runs_are_of_its_command_line(tmp_path: Path) -> None:
+    """LaunchTrials.assign: a trial planned on one command line hands arms to that line only; a
+    launch of another line of the workload gets none and is counted (consecutively: a run of the
+    trial's own line resets the count); a trial planned with none is bound by its first run."""
+    from gitmd.experiments.runs import LaunchTrials
+    from gitmd.levers.registry import make
+    from gitmd.store.db import Store
+
+    trials = LaunchTrials(Store(tmp_path / "s.db"))
+    t = trials.plan("w", make("tf32_override"), "fp32_gemm", 0.9, 4.0, command="c1")
+    assert t is not None and t.command == "c1" and t.skipped == 0
+    got = trials.assign("w", "j1", 0, "c2")
+    assert got is not None and got[1] == "" and got[0].skipped == 1
+    got = trials.assign("w", "j2", 0, "c2")
+    assert got is not None and got[1] == "" and got[0].skipped == 2 and got[0].runs == []
+    got = trials.assign("w", "j3", 0, "c1")
+    assert got is not None and got[1] == "A" and got[0].skipped == 0
+    assert [(r["job_id"], r["command"]) for r in got[0].runs] == [("j3", "c1")]
+    (stored,) = trials.of_workload("w")
+    assert stored.skipped == 0 and stored.command == "c1"
+    trials.end(stored, "abandoned", {})
+    # a trial with no command line yet (planned before trials had one) takes its next run's
+    u = trials.plan("w", make("alloc_expandable_segments"), "allocator")
+    assert u is not None and u.command == ""
+    got = trials.assign("w", "j4", 0, "c9")
+    assert got is not None and got[1] == "A" and got[0].command == "c9"
+    assert trials.assign("w", "j5", 0, "c1") is not None and trials.of_workload("w")[-1].skipped == 1

@@ -107,12 +107,19 @@ def recurring(svc: Service, key: str) -> str:
 
 
 def run_train(
-    svc: Service, contract: object, run_s: float | None, loss: float, exit_code: int = 0
+    svc: Service,
+    contract: object,
+    run_s: float | None,
+    loss: float,
+    exit_code: int = 0,
+    args: tuple[str, ...] = (),
 ) -> tuple[str, str, dict[str, str]]:
-    """A run of the recurring "train" program, from registration to its reported exit: its id, its
-    launch trial's arm ("-": none) and its environment."""
+    """A run of the recurring "train" program (``args``: its command line's arguments), from
+    registration to its reported exit: its id, its launch trial's arm ("-": none) and its
+    environment."""
     assert isinstance(contract, Contract)
-    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    command = ("python", "train.py", *args)
+    reg = Registration("train", command, "/srv", os.getuid(), os.getgid(), launch_key="train")
     view, plan = svc.register_job(replace_reg(reg, contract=contract))
     # the run's length by its own clock, as its rings and their exits give it (a GPU job's; none here)
     svc.loop.exits.run_s = lambda job_id: run_s  # type: ignore[method-assign]

@@ -331,3 +331,43 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     assert 2.0 not in svc.jobs.plain_runs_s(
         svc.jobs.get(done.runs[0]["job_id"]).launch_key, set(), clock="wall_s"
     )
+
+
+def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> None:
+    """One workload, two command lines: `train.py --steps 300` (30 s) and `--steps 100` (10 s),
+    launched in turn under one stated key. A lever that changes nothing, its arms handed to both
+    lines in this order, paired a 30-s A with a 10-s B twice: "3.000x, 95% 3.000-3.000, decided after
+    2 of 3 pairs", promoted and applied at every later launch (e42b409). Its runs
+    are now of the line that planned it; the other line's launches get no arm (and are not its
+    plain runs either), so it is decided on 30-s runs against 30-s runs: not promoted. A B arm's
+    cost is measured against its own line's plain runs (10-s runs made it 20 s)."""
+    import json as _json
+
+    from gitmd.experiments.runs import MAX_SKIPPED
+    from gitmd.jobs.launch_key import command_digest
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"),))
+    long_line, short_line = ("--steps", "300"), ("--steps", "100")
+    line = command_digest(("python", "train.py", *long_line), "/srv")
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.9, 10.0, command=line)
+    arms: dict[tuple[str, ...], list[str]] = {long_line: [], short_line: []}
+    for i in range(12):
+        args = [long_line, short_line, short_line, long_line, long_line, short_line][i % 6]
+        _, arm, env = run_train(svc, contract, 30.0 if args == long_line else 10.0, 1.0, args=args)
+        arms[args].append(arm)
+        assert ("CUDA_DEVICE_MAX_CONNECTIONS" in env) == (arm == "B")
+    assert arms[short_line] == ["-"] * 6
+    assert arms[long_line] == ["A", "B", "B", "A", "A", "B"]
+    (t,) = svc.trials.of_workload(wid)
+    assert t.state == "reverted" and t.decision["pairs"] == 3 and t.decision["speedup"] == 1.0, t.decision
+    b_runs = [r["job_id"] for r in t.runs if r["arm"] == "B"]
+    assert all(_json.loads(svc.jobs.get(j).cost)["trial_arm_s"] == 0.0 for j in b_runs)
+
+    # a trial whose line stops coming: the other line's launches in a row abandon it
+    assert svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator", 0.5, 2.0, command=line)
+    for _ in range(MAX_SKIPPED):
+        assert run_train(svc, contract, 10.0, 1.0, args=short_line)[1] == "-"
+    t2 = svc.trials.of_workload(wid)[-1]
+    assert t2.state == "abandoned" and "has not run again" in t2.decision["reason"] and t2.runs == []
