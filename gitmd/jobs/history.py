@@ -89,17 +89,19 @@ class RunHistory:
         return mine if mine is not None else self.window_slowdown(run.launch_key, run.created_ns)
 
     def observation_record(
-        self, launch_key: str, before_ns: int, command: Command | None = None
+        self, launch_key: str, before_ns: int, command: Command | None = None, workload_id: str = ""
     ) -> tuple[int, int, int]:
         """Of the ended runs of ``launch_key`` registered before ``before_ns`` (its whole history),
-        or of those with this exact ``command`` (its words, its directory): how many had a capture
-        window, how many runs came after the newest of those (all of them when none had one), and
-        when that newest one was registered (0: none)."""
-        if not launch_key:
+        of those with this exact ``command`` (its words, its directory), or of the workload's
+        (``workload_id``, whatever their key): how many had a capture window, how many runs came
+        after the newest of those (all of them when none had one), and when that newest one was
+        registered (0: none)."""
+        if not launch_key and not workload_id:
             return 0, 0, 0
         same, of = _of(command)
-        ended = f"launch_key = ? AND created_ns < ? {same}AND state IN ('exited', 'lost')"
-        args: list[object] = [launch_key, before_ns, *of]
+        which = "workload_id = ?" if workload_id else "launch_key = ?"
+        ended = f"{which} AND created_ns < ? {same}AND state IN ('exited', 'lost')"
+        args: list[object] = [workload_id or launch_key, before_ns, *of]
         with self.store.reading() as db:
             observed, last = db.conn.execute(
                 f"SELECT COUNT(*), MAX(created_ns) FROM jobs WHERE {ended} AND windows > 0", args
@@ -148,14 +150,14 @@ class RunHistory:
             return None
         return max(0.0, float(row[0]) / float(row[1]))
 
-    def observed_between(self, launch_key: str, after_ns: int, before_ns: int) -> int:
-        """How many ended runs of ``launch_key`` registered strictly between the two times had a
+    def observed_between(self, workload_id: str, after_ns: int, before_ns: int) -> int:
+        """How many ended runs of the workload registered strictly between the two times had a
         capture window."""
         with self.store.reading() as db:
             (n,) = db.conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE launch_key = ? AND created_ns > ? AND created_ns < ? "
+                "SELECT COUNT(*) FROM jobs WHERE workload_id = ? AND created_ns > ? AND created_ns < ? "
                 "AND state IN ('exited', 'lost') AND windows > 0",
-                [launch_key, after_ns, before_ns],
+                [workload_id, after_ns, before_ns],
             ).fetchone()
         return int(n)
 

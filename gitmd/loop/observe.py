@@ -192,9 +192,11 @@ class Observe:
         no pair: ExperimentStore.stalled), carries a live policy that acts through a window or a
         fleet policy to confirm, and every run while observe_runs runs are not yet seen. A launch
         trial's run gets no window anyway. A resting run goes without the shim (Launch.register).
-        A launch that is not ``surely`` a run of a workload it resolved to (Launch.workload_at_launch)
-        counts the observed runs of its exact command line only: its script may run another
-        program by these arguments, which would otherwise never be seen."""
+        A launch that is ``surely`` a run of the workload it resolved to (Launch.workload_at_launch)
+        counts the workload's observed runs: not its script's, whose other arguments may be other
+        programs (six of timm's benchmark.py --model X, each observed once, made each other's runs
+        rest). One that is not counts the observed runs of its exact command line only: its script
+        may run another program by these arguments, which would otherwise never be seen."""
         c = self.d.config.capture
         if c.reobserve_every <= 0 or plan.trial or not job.launch_key:
             return ""
@@ -204,7 +206,13 @@ class Observe:
             return ""
         # the backoff first (two indexed counts on every registration); the workload's trials and
         # contract are looked up only for a run it would leave unobserved
-        observed, since, last_ns = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        if surely and job.workload_id:
+            record = self.d.jobs.observation_record(
+                job.launch_key, job.created_ns, workload_id=job.workload_id
+            )
+        else:
+            record = self.d.jobs.observation_record(job.launch_key, job.created_ns)
+        observed, since, last_ns = record
         if observed < c.observe_runs:
             return ""
         if not surely:  # only its own command line's runs (never more than the key's: asked second)
@@ -231,7 +239,7 @@ class Observe:
                 if (
                     state == "resumable"
                     and lever in ex.live_levers
-                    and self.d.jobs.observed_between(job.launch_key, tried_ns, job.created_ns) < 2
+                    and self.d.jobs.observed_between(job.workload_id, tried_ns, job.created_ns) < 2
                     and not self.d.experiments.stalled(job.workload_id, lever)
                 ):
                     return ""

@@ -228,3 +228,36 @@ def test_a_stored_policy_variable_outside_the_allowlist_is_never_applied(tmp_pat
     assert any(
         "sets BASH_ENV, NCCL_NET_PLUGIN, which no policy may set: not applied" in w for w in plan.warnings
     )
+
+
+def test_a_sure_launch_counts_its_workloads_observed_runs_not_its_scripts(tmp_path: Path) -> None:
+    """Two models of one script, each its own workload (its command line linked by a fingerprinted
+    run), each observed once. Counted by the script, each had two observed runs, so each one's next
+    run rested: observed once, never the observe_runs (2) runs its causes need to show twice. A sure
+    launch counts its workload's observed runs."""
+    from gitmd.analysis.fingerprint import Signature
+    from gitmd.jobs.launch_key import command_key
+
+    svc = make_service(tmp_path)
+    me = (os.getuid(), os.getgid())
+    key = f"uid:{os.getuid()} python /w/bench.py"
+
+    def reg(model: str) -> Registration:
+        return Registration("", ("python", "bench.py", "--model", model), "/w", *me, launcher_pid=os.getpid())
+
+    for model, kernel in (("resnet18", "conv"), ("vit_small", "gemm")):
+        v, plan = svc.register_job(reg(model))
+        assert plan.capture and not svc.states.of(v.job.id).resting  # a first run: observed
+        wid = svc.library.observe(
+            Signature((kernel,), {kernel: 1.0}), key, model, new_run=True, owner_uid=os.getuid(),
+            command_key=command_key(key, list(reg(model).command), "/w"),
+        )  # fmt: skip
+        svc.jobs.set_workload(v.job.id, wid)
+        svc.jobs.exited(v.job.id, 0, windows=2)
+    for model in ("resnet18", "vit_small"):
+        v, plan = svc.register_job(reg(model))
+        assert v.job.workload_id  # sure: its command line ran as its workload
+        assert not svc.states.of(v.job.id).resting and plan.capture, svc.states.of(v.job.id).resting
+        svc.jobs.exited(v.job.id, 0, windows=2)
+    v, plan = svc.register_job(reg("resnet18"))  # its own two observed runs: now it may rest
+    assert svc.states.of(v.job.id).resting and "observed on 2 earlier runs" in svc.states.of(v.job.id).resting

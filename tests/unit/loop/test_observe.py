@@ -271,8 +271,10 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     st.live = LivePending(1, [{"lever": "cpu_affinity", "setting": {}}], 0)
     assert rests(job, LaunchPlan({}, ()))  # window-free: applied as its processes show
     st.live = None
-    # its workload has a live trial its last run ended before deciding: this run continues it
-    svc.jobs.set_workload(job.id, "w1")
+    # its workload has a live trial its last run ended before deciding: this run continues it (the
+    # program's runs are the workload's: a sure launch counts the workload's observed runs)
+    for earlier in svc.jobs.list(include_exited=True):
+        svc.jobs.set_workload(earlier.id, "w1")
     job = svc.jobs.get(job.id)
     just_before = job.created_ns - 1
     svc.experiments.workload_trials = lambda wid: {"cpu_affinity": ("resumable", just_before)}  # type: ignore[method-assign]
@@ -297,7 +299,9 @@ def test_a_recurring_program_is_observed_on_fewer_and_fewer_runs(
     svc.experiments.workload_trials = lambda wid: {}  # type: ignore[method-assign]
     svc.report_exit(v.job.id, 0)
     wid = recurring(svc, "t.py")  # a workload in the library to give consent on
-    job = dataclasses.replace(svc.jobs.get(v.job.id), workload_id=wid)
+    for earlier in svc.jobs.list(include_exited=True):
+        svc.jobs.set_workload(earlier.id, wid)
+    job = svc.jobs.get(v.job.id)
     assert rests(job, LaunchPlan({}, ()))
     svc.set_workload_contract(wid, os.getuid(), Contract((Check("stdout_metric", regex=r"l=(\S+)"),)))
     assert rests(job, LaunchPlan({}, ())) == ""
