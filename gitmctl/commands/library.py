@@ -139,6 +139,8 @@ def _contract(args: argparse.Namespace, client: Client) -> int:
 def _trial_run(r: Any) -> str:
     if r.crashed:
         return f"{r.arm}:crashed"
+    if r.unpaired:  # no run of its command line came to pair with it
+        return f"{r.arm}:unpaired"
     if r.HasField("run_s"):
         return f"{r.arm}:{r.run_s:.1f}"
     if r.HasField("step_ms"):  # a trial decided on capture windows, before the run's own clock

@@ -248,6 +248,7 @@ def trial_to_pb(t: LaunchTrial) -> Any:
         if r.get("exit_code") is not None:
             run.exit_code = int(r["exit_code"])
         run.crashed = str(r.get("crashed", ""))
+        run.unpaired = str(r.get("unpaired", ""))
     msg.cause_share = t.cause_share
     if t.bound != float("inf"):
         msg.predicted_max = t.bound

@@ -22,15 +22,18 @@ share of the run the cause cost, so removing it all gives at most 1 / (1 - share
 whole interval lies above that bound is reverted as implausible, and an early stop needs the gain
 within it.
 
-Runs with no length (no CUDA, failed early) and runs that died by a signal (a crash is never
-evidence: it may be gitmd's) spoil their pair; after ``MAX_SPOILED`` such runs the trial is
-abandoned.
+A pair is two runs of one command line (each run keeps its launch_key.command_digest). A workload
+is a program, and its command lines may ask it for other work (more steps, another batch, other
+data): a pair of two of them measured the work, not the lever, and promoted a lever that changes
+nothing at 3.000x (--steps 300 against --steps 100, 2026-12-05). Pairs of different lines are fine
+(each pair is a ratio). So while a pair is half done, a launch of another command line of the
+workload gets no arm; once the half pair's run has ended, ``MAX_SKIPPED`` such launches in a row
+leave it unpaired (its line stopped coming, e.g. a seed or a date in every command line) and the
+next launch opens a new pair.
 
-A trial's runs are of one command line (``command``: launch_key.command_digest, the run's that
-planned it). A workload is a program, and its command lines may ask it for other work (more steps,
-another batch, other data): a pair of two of them measured the work, not the lever, and could
-promote anything. A launch of another command line of the workload gets no arm; after
-``MAX_SKIPPED`` such launches in a row the trial is abandoned (its command line stopped coming).
+Runs with no length (no CUDA, failed early), runs that died by a signal (a crash is never
+evidence: it may be gitmd's) and runs left unpaired spoil their pair; after ``MAX_SPOILED`` such
+runs the trial is abandoned.
 """
 
 from __future__ import annotations
@@ -44,13 +47,16 @@ from typing import Any
 
 from gitmd.experiments.decide import Decision, Interval, clearly_slower, decide, speedup_interval
 from gitmd.experiments.equivalence import Contract, Outputs, Verdict, evaluate
+from gitmd.jobs.launch_key import command_digest
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
 from gitmd.levers.registry import make
 from gitmd.store.db import Store
 
 MAX_SPOILED = 6
-MAX_SKIPPED = 6  # launches of the workload's other command lines in a row, while a trial waits for its own
+# launches of the workload's other command lines, in a row after a half-done pair's run ended,
+# before that run is left unpaired
+MAX_SKIPPED = 6
 # what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
 METRICS = {
     "run_s": "run_s: the run's own clock, CUDA initialisation to exit",
@@ -70,10 +76,7 @@ class LaunchTrial:
     decision: dict[str, Any] = field(default_factory=dict)
     cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
     predicted: float = 0.0  # the gain attribution predicted: 1 / (1 - the cause's cost share); 0: none
-    command: str = (
-        ""  # the command line its runs are of (launch_key.command_digest; "": bound by its next run)
-    )
-    skipped: int = 0  # launches of the workload's other command lines since its latest run
+    skipped: int = 0  # launches of other command lines since its half-done pair's run ended
 
     @property
     def bound(self) -> float:
@@ -85,29 +88,40 @@ class LaunchTrial:
         assert isinstance(lv, EnvLever)
         return lv
 
+    def paired(self) -> list[dict[str, Any]]:
+        """Its runs that stand in pairs, in order (two by two): all but those left unpaired."""
+        return [r for r in self.runs if not r.get("unpaired")]
+
+    def half(self) -> dict[str, Any] | None:
+        """The first run of a pair not complete yet (None: no pair is half done)."""
+        runs = self.paired()
+        return runs[-1] if len(runs) % 2 else None
+
     def next_arm(self) -> str:
-        n = len(self.runs)
+        n = len(self.paired())
         first, second = ("A", "B") if (n // 2) % 2 == 0 else ("B", "A")
         return first if n % 2 == 0 else second
 
     def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Complete (A, B) pairs, in run order: both runs ended with a length on the trial's clock
-        (``clock``: one decision never mixes clocks) and neither crashed."""
+        """Complete (A, B) pairs, in run order: both runs of one command line, ended with a length
+        on the trial's clock (``clock``: one decision never mixes clocks), and neither crashed."""
         out = []
         clock = self.clock()
-        for i in range(0, len(self.runs) - 1, 2):
-            x, y = self.runs[i], self.runs[i + 1]
+        runs = self.paired()
+        for i in range(0, len(runs) - 1, 2):
+            x, y = runs[i], runs[i + 1]
             if all(_measured(r) and _clock(r) == clock for r in (x, y)) and _same_work(x, y):
                 out.append((x, y) if x["arm"] == "A" else (y, x))
         return out
 
     def spoiled(self) -> int:
-        """Runs that are no evidence: ended with no length or crashed, and one run of each
-        complete pair not on the trial's clock or of two command lines."""
-        bad = sum(1 for r in self.runs if r.get("done") and not _measured(r))
+        """Runs that are no evidence: ended with no length, crashed or left unpaired, and one run of
+        each complete pair not on the trial's clock or of two command lines."""
+        bad = sum(1 for r in self.runs if r.get("done") and (not _measured(r) or r.get("unpaired")))
         clock = self.clock()
-        for i in range(0, len(self.runs) - 1, 2):
-            x, y = self.runs[i], self.runs[i + 1]
+        runs = self.paired()
+        for i in range(0, len(runs) - 1, 2):
+            x, y = runs[i], runs[i + 1]
             same = _clock(x) == _clock(y) == clock and _same_work(x, y)
             bad += all(_measured(r) for r in (x, y)) and not same
         return bad
@@ -122,7 +136,8 @@ def _measured(run: dict[str, Any]) -> bool:
 
 
 def _same_work(x: dict[str, Any], y: dict[str, Any]) -> bool:
-    """Two runs of one command line (runs recorded before trials had one say none: taken as such)."""
+    """Two runs of one command line (a run whose line is not known, recorded before runs kept one
+    and whose job is gone, is taken as such)."""
     return not (x.get("command") and y.get("command") and x["command"] != y["command"])
 
 
@@ -142,9 +157,18 @@ def _trial(r: dict[str, Any]) -> LaunchTrial:
         json.loads(r["decision"]),
         float(r.get("cause_share") or 0.0),
         float(r.get("predicted") or 0.0),
-        str(r.get("command") or ""),
         int(r.get("skipped") or 0),
     )
+
+
+def _lines_of(db: Any, runs: list[dict[str, Any]]) -> None:
+    """Runs recorded before runs kept their command line: theirs, from the jobs table (a running
+    trial's jobs are never pruned: JobRegistry)."""
+    for r in runs:
+        if "command" not in r:
+            row = db.conn.execute("SELECT command, cwd FROM jobs WHERE id = ?", [r["job_id"]]).fetchone()
+            if row is not None:
+                r["command"] = command_digest(json.loads(row[0]), row[1])
 
 
 class LaunchTrials:
@@ -176,17 +200,9 @@ class LaunchTrials:
         return next((t for t in self.of_workload(workload_id) if t.state == "running"), None)
 
     def plan(
-        self,
-        workload_id: str,
-        lever: EnvLever,
-        cause: str,
-        cause_share: float = 0.0,
-        predicted: float = 0.0,
-        command: str = "",
+        self, workload_id: str, lever: EnvLever, cause: str, cause_share: float = 0.0, predicted: float = 0.0
     ) -> LaunchTrial | None:
-        """A new trial, unless one runs for the workload or this lever was tried on it already.
-        ``command``: the command line its runs are to be of (the digest of the run that found the
-        cause; "": its first run's)."""
+        """A new trial, unless one runs for the workload or this lever was tried on it already."""
         now = time.time_ns()
         with self.store.transaction() as db:
             rows = list(
@@ -197,32 +213,21 @@ class LaunchTrials:
             )
             if rows:
                 return None
-            return self._insert(db, workload_id, lever, cause, cause_share, predicted, now, command)
+            return self._insert(db, workload_id, lever, cause, cause_share, predicted, now)
 
     def _insert(
-        self,
-        db: Any,
-        workload_id: str,
-        lever: EnvLever,
-        cause: str,
-        share: float,
-        predicted: float,
-        now: int,
-        command: str,
+        self, db: Any, workload_id: str, lever: EnvLever, cause: str, share: float, predicted: float, now: int
     ) -> LaunchTrial:
         cur = db.conn.execute(
             "INSERT INTO launch_trials (workload_id, lever, setting, cause, cause_share, predicted, "
-            "state, created_ns, updated_ns, command) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-            (workload_id, lever.name, json.dumps(lever.setting), cause, share, predicted, now, now, command),
+            "state, created_ns, updated_ns) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+            (workload_id, lever.name, json.dumps(lever.setting), cause, share, predicted, now, now),
         )
         return self._get(db, int(cur.lastrowid or 0))
 
-    def plan_confirm(
-        self, workload_id: str, lever: EnvLever, source: str, command: str = ""
-    ) -> LaunchTrial | None:
-        """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs
-        of one command line (``command``, as ``plan``'s): none while another trial of the workload
-        runs, and one per policy."""
+    def plan_confirm(self, workload_id: str, lever: EnvLever, source: str) -> LaunchTrial | None:
+        """A trial of a policy another node learned (``lever``: its PolicyEnv), on this node's runs:
+        none while another trial of the workload runs, and one per policy."""
         pid = lever.setting["policy"]
         seen = (
             "SELECT id FROM launch_trials WHERE workload_id = ? AND (state = 'running' OR "
@@ -234,15 +239,16 @@ class LaunchTrials:
         with self.store.transaction() as db:
             if db.conn.execute(seen, [workload_id, lever.name, pid]).fetchone() is not None:
                 return None
-            return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns(), command)
+            return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns())
 
     def assign(
         self, workload_id: str, job_id: str, uid: int, command: str = ""
     ) -> tuple[LaunchTrial, str] | None:
         """The running trial of the workload and this run's arm (recorded), or None when none runs.
-        A run of another command line (``command``: its launch_key.command_digest) than the trial's
-        gets no arm: the trial, its ``skipped`` count one higher, and arm "". A trial with no command
-        line yet is bound to this run's."""
+        ``command``: the run's command line (launch_key.command_digest). While a pair is half done,
+        a run of another line gets arm "" (none): uncounted while the half pair's run still runs,
+        then counted in ``skipped``; the MAX_SKIPPED-th such run leaves that run unpaired and
+        takes the next pair's first arm."""
         with self.store.transaction() as db:
             rows = list(
                 db.query(
@@ -253,22 +259,30 @@ class LaunchTrials:
                 return None
             t = _trial(rows[0])
             now = time.time_ns()
-            if command and t.command and command != t.command:
+            _lines_of(db, t.runs)
+            half = t.half()
+            if half is not None and command and half.get("command", command) != command:
+                if not half.get("done"):
+                    return t, ""  # the pair's first run still runs: its second may yet come
                 t.skipped += 1
-                db.conn.execute(
-                    "UPDATE launch_trials SET skipped = ?, updated_ns = ? WHERE id = ?",
-                    (t.skipped, now, t.id),
+                if t.skipped < MAX_SKIPPED:
+                    db.conn.execute(
+                        "UPDATE launch_trials SET runs = ?, skipped = ?, updated_ns = ? WHERE id = ?",
+                        (json.dumps(t.runs), t.skipped, now, t.id),
+                    )
+                    return t, ""
+                half["unpaired"] = (
+                    f"its command line did not run again in {t.skipped} launches of other lines"
                 )
-                return t, ""
             arm = t.next_arm()
             run: dict[str, Any] = {"job_id": job_id, "arm": arm, "uid": uid, "done": False}
             if command:
                 run["command"] = command
             t.runs.append(run)
-            t.command, t.skipped = t.command or command, 0
+            t.skipped = 0
             db.conn.execute(
-                "UPDATE launch_trials SET runs = ?, command = ?, skipped = 0, updated_ns = ? WHERE id = ?",
-                (json.dumps(t.runs), t.command, now, t.id),
+                "UPDATE launch_trials SET runs = ?, skipped = 0, updated_ns = ? WHERE id = ?",
+                (json.dumps(t.runs), now, t.id),
             )
             return t, arm
 
@@ -329,13 +343,15 @@ class LaunchTrials:
                     )
         return n
 
-    def end(self, t: LaunchTrial, state: str, decision: dict[str, Any]) -> None:
+    def end(self, t: LaunchTrial, state: str, decision: dict[str, Any]) -> bool:
+        """The trial ends (``state``), unless it has ended already: whether this call ended it."""
         with self.store.transaction() as db:
-            db.conn.execute(
+            cur = db.conn.execute(
                 "UPDATE launch_trials SET state = ?, decision = ?, updated_ns = ? "
                 "WHERE id = ? AND state = 'running'",
                 (state, json.dumps(decision), time.time_ns(), t.id),
             )
+            return cur.rowcount > 0
 
 
 # An early stop needs every pair's gain beyond this many times the workload's run-to-run spread.

@@ -31,11 +31,15 @@ class Run(Protocol):
     def cwd(self) -> str: ...
 
 
-def _of(command: Command | None) -> tuple[str, list[object]]:
-    """The SQL that keeps the runs of ``command`` only ("" : every run of the key), and its args."""
+def _of(command: Command | None, other: bool = False) -> tuple[str, list[object]]:
+    """The SQL that keeps the runs of ``command`` only ("" : every run of the key), or (``other``)
+    every run but those, and its args."""
     if command is None:
         return "", []
-    return "AND command = ? AND cwd = ? ", [json.dumps(list(command[0])), command[1]]
+    return f"AND {'NOT ' if other else ''}(command = ? AND cwd = ?) ", [
+        json.dumps(list(command[0])),
+        command[1],
+    ]
 
 
 class RunHistory:
@@ -48,18 +52,19 @@ class RunHistory:
         runs: int = 3,
         clock: str = "registration",
         command: Command | None = None,
+        other: bool = False,
     ) -> list[float]:
-        """How long each of the latest ``runs`` runs of ``launch_key`` that exited cleanly (exit code
-        0, or none reported) before ``before_ns`` lasted, newest first: a failed run says nothing of
-        how long the program runs. ``clock``: "registration" (registration to exit) or "run_s"
-        (the shim's: its first process's CUDA start to the last exit; runs that had the shim
-        only)."""
+        """How long each of the latest ``runs`` runs of ``launch_key`` (of ``command`` only; or,
+        ``other``, of every other command line) that exited cleanly (exit code 0, or none reported)
+        before ``before_ns`` lasted, newest first: a failed run says nothing of how long the program
+        runs. ``clock``: "registration" (registration to exit) or "run_s" (the shim's: its first
+        process's CUDA start to the last exit; runs that had the shim only)."""
         if not launch_key:
             return []
         if clock not in ("registration", "run_s"):
             raise ValueError(f"unknown clock {clock!r}")
         span = "run_s" if clock == "run_s" else "(ended_ns - created_ns) / 1e9"
-        same, args = _of(command)
+        same, args = _of(command, other)
         with self.store.reading() as db:
             rows = db.conn.execute(
                 f"SELECT {span} FROM jobs WHERE launch_key = ? AND created_ns < ? {same}"
@@ -69,22 +74,30 @@ class RunHistory:
             ).fetchall()
             return [float(r[0]) for r in rows]
 
-    # A run's program as far as its lengths go: its own command line's runs, or, while that line has
-    # none (its first run, or a line that changes every run: a seed, a dated directory), its launch
-    # key's (the same script with other arguments: the best guess there is, as before command lines
-    # were told apart; what a length is *compared* with never falls back: gitmd/loop/cost.py)
+    # A run's program as far as its lengths go: its own command line's runs, topped up, while that
+    # line has fewer (its first runs, or a line that changes every run: a seed, a dated directory),
+    # with its launch key's other lines' (the same script with other arguments: the best guess there
+    # is, as before command lines were told apart; what a length is *compared* with is never topped
+    # up: gitmd/loop/cost.py)
     def program_runs_s(self, run: Run, runs: int = 3, clock: str = "registration") -> list[float]:
-        """earlier_runs_s of ``run``'s program (its command line's, else its key's)."""
-        mine = self.earlier_runs_s(run.launch_key, run.created_ns, runs, clock, (run.command, run.cwd))
-        return mine or self.earlier_runs_s(run.launch_key, run.created_ns, runs, clock)
+        """earlier_runs_s of ``run``'s program: its command line's latest, then its key's other lines'."""
+        line = (run.command, run.cwd)
+        mine = self.earlier_runs_s(run.launch_key, run.created_ns, runs, clock, line)
+        if len(mine) >= runs:
+            return mine
+        return mine + self.earlier_runs_s(run.launch_key, run.created_ns, runs - len(mine), clock, line, True)
 
     def program_cost_shares(self, run: Run, runs: int = 3) -> list[float]:
-        """observed_cost_shares of ``run``'s program (its command line's, else its key's)."""
-        mine = self.observed_cost_shares(run.launch_key, run.created_ns, runs, (run.command, run.cwd))
-        return mine or self.observed_cost_shares(run.launch_key, run.created_ns, runs)
+        """observed_cost_shares of ``run``'s program: its command line's latest, then its key's other
+        lines'."""
+        line = (run.command, run.cwd)
+        mine = self.observed_cost_shares(run.launch_key, run.created_ns, runs, line)
+        if len(mine) >= runs:
+            return mine
+        return mine + self.observed_cost_shares(run.launch_key, run.created_ns, runs - len(mine), line, True)
 
     def program_window_slowdown(self, run: Run) -> float | None:
-        """window_slowdown of ``run``'s program (its command line's, else its key's)."""
+        """window_slowdown of ``run``'s program: its command line's latest observed run, else its key's."""
         mine = self.window_slowdown(run.launch_key, run.created_ns, (run.command, run.cwd))
         return mine if mine is not None else self.window_slowdown(run.launch_key, run.created_ns)
 
@@ -112,7 +125,12 @@ class RunHistory:
         return int(observed), int(since), int(last or 0)
 
     def observed_cost_shares(
-        self, launch_key: str, before_ns: int, runs: int = 3, command: Command | None = None
+        self,
+        launch_key: str,
+        before_ns: int,
+        runs: int = 3,
+        command: Command | None = None,
+        other: bool = False,
     ) -> list[float]:
         """What gitmd cost each of the latest ``runs`` ended runs of ``launch_key`` registered
         before ``before_ns`` that had a capture window, as a share of the run (their cost record's
@@ -120,7 +138,7 @@ class RunHistory:
         runs whose share is not known are left out."""
         if not launch_key:
             return []
-        same, args = _of(command)
+        same, args = _of(command, other)
         with self.store.reading() as db:
             rows = db.conn.execute(
                 "SELECT json_extract(cost, '$.share') FROM jobs WHERE launch_key = ? AND created_ns < ? "

@@ -9,7 +9,6 @@ import time
 from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport, idle_share
 from gitmd.errors import GitmdError
-from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -279,12 +278,7 @@ class Choose:
                     best = (expected, predicted, cause, lever)
         if best is not None:
             expected, predicted, cause, lever = best
-            # its runs are of this run's command line: the cause was found there, and pairs of two
-            # command lines would compare their work (runs.LaunchTrial.command)
-            t = d.launch_trials.plan(
-                job.workload_id, lever, cause.name, reach(report, lever.name), predicted,
-                command=command_digest(job.command, job.cwd),
-            )  # fmt: skip
+            t = d.launch_trials.plan(job.workload_id, lever, cause.name, reach(report, lever.name), predicted)
             if t is None:
                 return f"{lever.name}: not planned"
             log.info(

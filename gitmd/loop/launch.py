@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
 from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
-from gitmd.jobs.launch_key import command_digest, command_key, launch_key, owned, stated
+from gitmd.jobs.launch_key import command_key, launch_key, owned, stated
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
@@ -240,10 +240,7 @@ class Launch:
         if exploring and policy is not None and policy.env and self.trials.unconfirmed(policy):
             # from the fleet: confirmed on this node's first runs by a launch trial of it (A without)
             t = d.launch_trials.plan_confirm(
-                workload.id,
-                PolicyEnv(policy.id, policy.env),
-                f"fleet: {policy.evidence.get('node', '?')}",
-                command_digest(job.command, job.cwd),
+                workload.id, PolicyEnv(policy.id, policy.env), f"fleet: {policy.evidence.get('node', '?')}"
             )
             if t is not None:
                 log.info("workload %s: policy %d from the fleet (node %s) is confirmed on this node's "

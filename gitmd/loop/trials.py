@@ -226,17 +226,13 @@ class Trials:
             return plan
         t, arm = got
         if not arm:
-            # another command line of the workload: its length would compare other work
-            if t.skipped >= MAX_SKIPPED:
-                self._abandon(
-                    t,
-                    f"its command line has not run again: the workload's last {t.skipped} launches were of "
-                    "other command lines, whose runs do other work (their lengths are not its arms')",
-                )
-            else:
-                log.info("job %s (%s): no arm in launch trial %d (%s): the trial's runs are of the command "
-                         "line that planned it, this is another (%d of %d in a row before it is abandoned)",
-                         job.id, job.name, t.id, t.lever, t.skipped, MAX_SKIPPED)  # fmt: skip
+            half = t.half() or {}
+            waits = "still runs" if not half.get("done") else (
+                f"has ended ({t.skipped} of {MAX_SKIPPED} launches of other lines before it is left unpaired)"
+            )  # fmt: skip
+            log.info("job %s (%s): no arm in launch trial %d (%s): its pair's first run, job %s, is of "
+                     "another command line (a pair compares two runs of the same work) and %s", job.id,
+                     job.name, t.id, t.lever, half.get("job_id", "?"), waits)  # fmt: skip
             return plan
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
@@ -298,8 +294,8 @@ class Trials:
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
         if t.spoiled() >= MAX_SPOILED:
-            self._abandon(t, f"{t.spoiled()} runs have no length by their own clock, crashed, or pair with "
-                          "a run of another command line")  # fmt: skip
+            self._abandon(t, f"{t.spoiled()} runs have no length by their own clock, crashed, or found "
+                          "no run of their command line to pair with")  # fmt: skip
             return
         in_trial = {r["job_id"] for r in t.runs}
         # the workload's spread, from runs of the trial's command line only (the job's: its arm)
@@ -367,7 +363,8 @@ class Trials:
     def _abandon(self, t: LaunchTrial, why: str) -> None:
         """The trial ends undecided; a policy from the fleet it was confirming is not kept here
         (suspect only when a run with it crashed)."""
-        self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why})
+        if not self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why}):
+            return  # ended meanwhile (another registration's thread): told once
         log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
         if t.lever == PolicyEnv.name:
             crashed = any(r.get("crashed") and r["arm"] == "B" for r in t.runs)

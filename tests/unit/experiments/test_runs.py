@@ -4,6 +4,7 @@ an early stop only for a large effect beyond the workload's measured run-to-run 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -183,30 +184,63 @@ def test_a_pair_of_two_command_lines_is_no_evidence() -> None:
     assert trial(run("A", 10.0), run("B", 9.0)).spoiled() == 0  # no command recorded: as before
 
 
-def test_a_trials_runs_are_of_its_command_line(tmp_path: Path) -> None:
-    """LaunchTrials.assign: a trial planned on one command line hands arms to that line only; a
-    launch of another line of the workload gets none and is counted (consecutively: a run of the
-    trial's own line resets the count); a trial planned with none is bound by its first run."""
-    from gitmd.experiments.runs import LaunchTrials
+def test_a_pair_is_completed_by_a_run_of_its_own_command_line(tmp_path: Path) -> None:
+    """LaunchTrials.assign: while a pair is half done, a launch of another command line gets no arm
+    (uncounted while the pair's first run still runs, then counted); a run of the pair's line
+    completes it, and the next pair may be of any line. MAX_SKIPPED launches of other lines leave
+    the half pair's run unpaired (no evidence) and the last of them opens the next pair. Runs
+    recorded before runs kept their line get it from the jobs table: an old trial's 30-s
+    `--steps 300` arm was paired with a 10-s `--steps 100` one."""
+    from gitmd.config import CaptureConfig
+    from gitmd.experiments.runs import MAX_SKIPPED, LaunchTrials
+    from gitmd.jobs.registry import JobRegistry, Registration
     from gitmd.levers.registry import make
     from gitmd.store.db import Store
 
-    trials = LaunchTrials(Store(tmp_path / "s.db"))
-    t = trials.plan("w", make("tf32_override"), "fp32_gemm", 0.9, 4.0, command="c1")
-    assert t is not None and t.command == "c1" and t.skipped == 0
-    got = trials.assign("w", "j1", 0, "c2")
-    assert got is not None and got[1] == "" and got[0].skipped == 1
-    got = trials.assign("w", "j2", 0, "c2")
-    assert got is not None and got[1] == "" and got[0].skipped == 2 and got[0].runs == []
-    got = trials.assign("w", "j3", 0, "c1")
-    assert got is not None and got[1] == "A" and got[0].skipped == 0
-    assert [(r["job_id"], r["command"]) for r in got[0].runs] == [("j3", "c1")]
-    (stored,) = trials.of_workload("w")
-    assert stored.skipped == 0 and stored.command == "c1"
-    trials.end(stored, "abandoned", {})
-    # a trial with no command line yet (planned before trials had one) takes its next run's
-    u = trials.plan("w", make("alloc_expandable_segments"), "allocator")
-    assert u is not None and u.command == ""
-    got = trials.assign("w", "j4", 0, "c9")
-    assert got is not None and got[1] == "A" and got[0].command == "c9"
-    assert trials.assign("w", "j5", 0, "c1") is not None and trials.of_workload("w")[-1].skipped == 1
+    store = Store(tmp_path / "s.db")
+    trials = LaunchTrials(store)
+    assert trials.plan("w", make("tf32_override"), "fp32_gemm", 0.9, 4.0) is not None
+
+    def arm(job_id: str, line: str) -> str:
+        got = trials.assign("w", job_id, 0, line)
+        assert got is not None
+        return got[1]
+
+    assert arm("j1", "c1") == "A"
+    assert arm("j2", "c2") == "" and trials.running("w").skipped == 0  # j1 still runs: uncounted
+    trials.finish_run("j1", 1, 30.0, 0, {})
+    assert arm("j3", "c2") == "" and trials.running("w").skipped == 1
+    assert arm("j4", "c1") == "B" and trials.running("w").skipped == 0  # the pair: c1 and c1
+    assert arm("j5", "c2") == "B"  # the next pair (B A), on another line
+    trials.finish_run("j4", 1, 29.0, 0, {})
+    trials.finish_run("j5", 1, 10.0, 0, {})
+    assert [arm(f"k{i}", "c1") for i in range(MAX_SKIPPED)] == [""] * (MAX_SKIPPED - 1) + ["B"]
+    t = trials.running("w")
+    assert t is not None and t.runs[2]["job_id"] == "j5" and "did not run again" in t.runs[2]["unpaired"]
+    assert t.spoiled() == 1 and t.skipped == 0 and t.half() == t.runs[-1]
+    from gitmctl.commands.library import _trial_run
+    from gitmd.api.convert import trial_to_pb
+
+    shown = trial_to_pb(t).runs[2]
+    assert "did not run again" in shown.unpaired and _trial_run(shown) == "B:unpaired"  # library show
+    trials.finish_run(f"k{MAX_SKIPPED - 1}", 1, 28.0, 0, {})
+    assert arm("k9", "c1") == "A"
+    trials.finish_run("k9", 1, 30.0, 0, {})
+    t = trials.running("w")
+    assert t is not None and [(a["run_s"], b["run_s"]) for a, b in t.pairs()] == [(30.0, 29.0), (30.0, 28.0)]
+    trials.end(t, "abandoned", {})
+
+    # a trial from before runs kept their command line: its done A run is a --steps 300 job's
+    reg = JobRegistry(store, tmp_path / "run", CaptureConfig())
+    old = reg.register(Registration("t", ("python", "t.py", "--steps", "300"), "/w", 0, 0, capture=False))[0]
+    store.conn.execute(
+        "INSERT INTO launch_trials (workload_id, lever, setting, cause, state, runs, created_ns, updated_ns) "
+        "VALUES ('w', 'alloc_expandable_segments', '{}', 'allocator', 'running', ?, 1, 1)",
+        [json.dumps([{"job_id": old.id, "arm": "A", "done": True, "run_s": 30.0}])],
+    )
+    store.conn.commit()
+    from gitmd.jobs.launch_key import command_digest
+
+    short = command_digest(("python", "t.py", "--steps", "100"), "/w")
+    assert arm("n1", short) == ""  # not the B arm of a 30-s run
+    assert trials.running("w").runs[0]["command"] == command_digest(old.command, old.cwd)

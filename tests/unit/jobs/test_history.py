@@ -1,5 +1,6 @@
 """A program's run history (gitmd/jobs/history.py): lengths, and what a length is compared with,
-are of one command line; a line with no run yet is planned on its script's other lines."""
+are of one command line; a line with fewer runs than asked is planned on its script's other lines
+too."""
 
 import json
 from pathlib import Path
@@ -35,7 +36,9 @@ def test_lengths_are_of_one_command_line_and_a_new_line_is_planned_on_its_script
     assert sorted(reg.plain_runs_s(key, set(), command=line)) == [7.0, 7.2, 30.0]
     assert reg.earlier_runs_s(key, resnet.created_ns, clock="run_s", command=line) == [30.0, 7.2, 7.0]
     assert reg.program_runs_s(resnet, clock="run_s") == [30.0, 7.2, 7.0]
-    assert reg.program_cost_shares(resnet) == [0.15]  # the key's latest was the ViT's 2%
+    assert reg.program_cost_shares(resnet) == [0.15, 0.02]  # its own first (the key's latest: the ViT's)
+    # fewer of its own than asked: topped up with the script's other lines' latest
+    assert reg.program_runs_s(resnet, runs=5, clock="run_s") == [30.0, 7.2, 7.0, 30.0, 20.4]
     assert reg.observed_cost_shares(key, resnet.created_ns) == [0.02, 0.15]
     assert reg.program_window_slowdown(resnet) == 0.3
     # a model not run here yet: planned on the script's latest runs until it has its own

@@ -337,37 +337,40 @@ def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> N
     """One workload, two command lines: `train.py --steps 300` (30 s) and `--steps 100` (10 s),
     launched in turn under one stated key. A lever that changes nothing, its arms handed to both
     lines in this order, paired a 30-s A with a 10-s B twice: "3.000x, 95% 3.000-3.000, decided after
-    2 of 3 pairs", promoted and applied at every later launch (e42b409). Its runs
-    are now of the line that planned it; the other line's launches get no arm (and are not its
-    plain runs either), so it is decided on 30-s runs against 30-s runs: not promoted. A B arm's
-    cost is measured against its own line's plain runs (10-s runs made it 20 s)."""
+    2 of 3 pairs", promoted and applied at every later launch (e42b409). Each pair is now two runs of
+    one line (pairs of either line), so it is decided on like against like: not promoted. A B arm's
+    cost is measured against its own line's plain runs (the script's 10-s runs made a 30-s arm cost
+    20 s). A line that changes every run (a seed) never completes a pair: its trial is abandoned
+    once its half pairs have spoiled it."""
     import json as _json
 
-    from gitmd.experiments.runs import MAX_SKIPPED
-    from gitmd.jobs.launch_key import command_digest
+    from gitmd.experiments.runs import MAX_SKIPPED, MAX_SPOILED
 
     svc = make_service(tmp_path)
     wid = recurring(svc, "train")
     contract = Contract((Check("exit_status"),))
     long_line, short_line = ("--steps", "300"), ("--steps", "100")
-    line = command_digest(("python", "train.py", *long_line), "/srv")
-    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.9, 10.0, command=line)
-    arms: dict[tuple[str, ...], list[str]] = {long_line: [], short_line: []}
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.9, 10.0)
+    seen = []
     for i in range(12):
         args = [long_line, short_line, short_line, long_line, long_line, short_line][i % 6]
         _, arm, env = run_train(svc, contract, 30.0 if args == long_line else 10.0, 1.0, args=args)
-        arms[args].append(arm)
+        seen.append((args[1], arm))
         assert ("CUDA_DEVICE_MAX_CONNECTIONS" in env) == (arm == "B")
-    assert arms[short_line] == ["-"] * 6
-    assert arms[long_line] == ["A", "B", "B", "A", "A", "B"]
+    assert [a for _, a in seen] == ["A", "-", "-", "B", "B", "-", "A", "A", "B", "-", "-", "-"], seen
     (t,) = svc.trials.of_workload(wid)
     assert t.state == "reverted" and t.decision["pairs"] == 3 and t.decision["speedup"] == 1.0, t.decision
+    assert [(a["run_s"], b["run_s"]) for a, b in t.pairs()] == [(30.0, 30.0), (30.0, 30.0), (10.0, 10.0)]
     b_runs = [r["job_id"] for r in t.runs if r["arm"] == "B"]
     assert all(_json.loads(svc.jobs.get(j).cost)["trial_arm_s"] == 0.0 for j in b_runs)
 
-    # a trial whose line stops coming: the other line's launches in a row abandon it
-    assert svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator", 0.5, 2.0, command=line)
-    for _ in range(MAX_SKIPPED):
-        assert run_train(svc, contract, 10.0, 1.0, args=short_line)[1] == "-"
+    # a command line that changes every run: its half pairs are left unpaired, then it is abandoned
+    assert svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator", 0.5, 2.0)
+    runs = 0
+    while svc.trials.of_workload(wid)[-1].state == "running":
+        runs += 1
+        run_train(svc, contract, 10.0, 1.0, args=("--seed", str(runs)))
+        assert runs < 100
     t2 = svc.trials.of_workload(wid)[-1]
-    assert t2.state == "abandoned" and "has not run again" in t2.decision["reason"] and t2.runs == []
+    assert t2.state == "abandoned" and "no run of their command line" in t2.decision["reason"], t2.decision
+    assert runs == 1 + MAX_SPOILED * MAX_SKIPPED and t2.pairs() == []
