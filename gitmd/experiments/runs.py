@@ -248,7 +248,8 @@ class LaunchTrials:
         ``command``: the run's command line (launch_key.command_digest). While a pair is half done,
         a run of another line gets arm "" (none): uncounted while the half pair's run still runs,
         then counted in ``skipped``; the MAX_SKIPPED-th such run leaves that run unpaired and
-        takes the next pair's first arm."""
+        takes the next pair's first arm. A pair's first run that ended with no length or crashed is
+        left unpaired at once."""
         with self.store.transaction() as db:
             rows = list(
                 db.query(
@@ -261,6 +262,10 @@ class LaunchTrials:
             now = time.time_ns()
             _lines_of(db, t.runs)
             half = t.half()
+            if half is not None and half.get("done") and not _measured(half):
+                # it ended with no length or crashed: no pair of it is evidence, so none waits for it
+                half["unpaired"] = "it has no length by its clock, or crashed"
+                half = None
             if half is not None and command and half.get("command", command) != command:
                 if not half.get("done"):
                     return t, ""  # the pair's first run still runs: its second may yet come

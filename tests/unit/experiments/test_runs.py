@@ -244,3 +244,21 @@ def test_a_pair_is_completed_by_a_run_of_its_own_command_line(tmp_path: Path) ->
     short = command_digest(("python", "t.py", "--steps", "100"), "/w")
     assert arm("n1", short) == ""  # not the B arm of a 30-s run
     assert trials.running("w").runs[0]["command"] == command_digest(old.command, old.cwd)
+
+
+def test_a_pairs_first_run_that_crashed_waits_for_no_second(tmp_path: Path) -> None:
+    """A pair's first run that died by a signal (or never started CUDA) can make no pair: it is left
+    unpaired at once, and the next launch, of any command line, opens the pair again (it had made
+    the next run of its line a wasted second run, and other lines wait)."""
+    from gitmd.experiments.runs import LaunchTrials
+    from gitmd.levers.registry import make
+    from gitmd.store.db import Store
+
+    trials = LaunchTrials(Store(tmp_path / "s.db"))
+    t = trials.plan("w", make("cuda_device_max_connections"), "launch_bound", 0.5)
+    assert t is not None
+    assert trials.assign("w", "j1", 0, "c1") is not None
+    trials.finish_run("j1", t.id, None, -11, {}, crashed="may be gitmd's: SIGSEGV")
+    got = trials.assign("w", "j2", 0, "c2")
+    assert got is not None and got[1] == "A" and got[0].runs[0]["unpaired"]
+    assert got[0].spoiled() == 1 and got[0].half() == got[0].runs[1]
