@@ -25,11 +25,13 @@ within it.
 A pair is two runs of one command line (each run keeps its launch_key.command_digest). A workload
 is a program, and its command lines may ask it for other work (more steps, another batch, other
 data): a pair of two of them measured the work, not the lever, and promoted a lever that changes
-nothing at 3.000x (--steps 300 against --steps 100, 2026-12-05). Pairs of different lines are fine
-(each pair is a ratio). So while a pair is half done, a launch of another command line of the
-workload gets no arm; once the half pair's run has ended, ``MAX_SKIPPED`` such launches in a row
-leave it unpaired (its line stopped coming, e.g. a seed or a date in every command line) and the
-next launch opens a new pair.
+nothing at 3.000x (--steps 300 against --steps 100, 2026-12-05). Pairs of different lines may
+decide together: each pair is a ratio, every pair is held against its own A, and the spread an
+early stop needs is each line's own. While a pair is half done, a launch of another command line
+of the workload gets no arm; once the half pair's run has ended, ``MAX_SKIPPED`` such launches in a
+row leave it unpaired (its line stopped coming) and the next launch may open a new pair. Only a
+line that has run here before opens a pair (one new every run, a seed or a date in it, would never
+be paired); ``MAX_FRESH`` launches in a row with no arm abandon the trial.
 
 Runs with no length (no CUDA, failed early), runs that died by a signal (a crash is never
 evidence: it may be gitmd's) and runs left unpaired spoil their pair; after ``MAX_SPOILED`` such
@@ -42,6 +44,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +60,9 @@ MAX_SPOILED = 6
 # launches of the workload's other command lines, in a row after a half-done pair's run ended,
 # before that run is left unpaired
 MAX_SKIPPED = 6
+# launches in a row with no arm, no pair half done, before the trial is abandoned: its command lines
+# do not recur (each run's is new: a seed or a date in it), so no pair can be made
+MAX_FRESH = 12
 # what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
 METRICS = {
     "run_s": "run_s: the run's own clock, CUDA initialisation to exit",
@@ -128,7 +134,7 @@ class LaunchTrial:
 
     def clock(self) -> str:
         """The clock its measured runs were taken on: the latest one's ("run_s" when none is)."""
-        return next((_clock(r) for r in reversed(self.runs) if _measured(r)), "run_s")
+        return next((_clock(r) for r in reversed(self.paired()) if _measured(r)), "run_s")
 
 
 def _measured(run: dict[str, Any]) -> bool:
@@ -242,14 +248,18 @@ class LaunchTrials:
             return self._insert(db, workload_id, lever, source, 0.0, 0.0, time.time_ns())
 
     def assign(
-        self, workload_id: str, job_id: str, uid: int, command: str = ""
+        self, workload_id: str, job_id: str, uid: int, command: str = "", opens: bool = True
     ) -> tuple[LaunchTrial, str] | None:
         """The running trial of the workload and this run's arm (recorded), or None when none runs.
-        ``command``: the run's command line (launch_key.command_digest). While a pair is half done,
-        a run of another line gets arm "" (none): uncounted while the half pair's run still runs,
-        then counted in ``skipped``; the MAX_SKIPPED-th such run leaves that run unpaired and
-        takes the next pair's first arm. A pair's first run that ended with no length or crashed is
-        left unpaired at once."""
+        ``command``: the run's command line (launch_key.command_digest); ``opens``: whether that line
+        has run here before, so that a second run of it may come to pair with this one. A run gets
+        arm "" (none), counted in ``skipped`` (launches in a row with no arm):
+        - while a pair is half done and its first run has ended, for another line; the MAX_SKIPPED-th
+          leaves that run unpaired (uncounted while it still runs: its second may yet come);
+        - when it would open a pair and its line has not run here before (a seed or a date in every
+          command line: no second run of it comes). The loop abandons a trial with no pair open
+          once MAX_FRESH launches in a row got no arm.
+        A pair's first run that ended with no length or crashed is left unpaired at once."""
         with self.store.transaction() as db:
             rows = list(
                 db.query(
@@ -271,14 +281,16 @@ class LaunchTrials:
                     return t, ""  # the pair's first run still runs: its second may yet come
                 t.skipped += 1
                 if t.skipped < MAX_SKIPPED:
-                    db.conn.execute(
-                        "UPDATE launch_trials SET runs = ?, skipped = ?, updated_ns = ? WHERE id = ?",
-                        (json.dumps(t.runs), t.skipped, now, t.id),
-                    )
-                    return t, ""
+                    return self._no_arm(db, t, now)
                 half["unpaired"] = (
                     f"its command line did not run again in {t.skipped} launches of other lines"
                 )
+                half = None
+                if not opens:
+                    return self._no_arm(db, t, now)
+            elif half is None and not opens:
+                t.skipped += 1
+                return self._no_arm(db, t, now)
             arm = t.next_arm()
             run: dict[str, Any] = {"job_id": job_id, "arm": arm, "uid": uid, "done": False}
             if command:
@@ -290,6 +302,14 @@ class LaunchTrials:
                 (json.dumps(t.runs), now, t.id),
             )
             return t, arm
+
+    @staticmethod
+    def _no_arm(db: Any, t: LaunchTrial, now: int) -> tuple[LaunchTrial, str]:
+        db.conn.execute(
+            "UPDATE launch_trials SET runs = ?, skipped = ?, updated_ns = ? WHERE id = ?",
+            (json.dumps(t.runs), t.skipped, now, t.id),
+        )
+        return t, ""
 
     def finish_run(
         self,
@@ -383,7 +403,7 @@ def decide_trial(
     rounds: int,
     min_gain: float,
     early_speedup: float = 0.0,
-    earlier_plain_s: list[float] | None = None,
+    earlier_plain_s: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
 ) -> Decision | None:
     """The decision once ``rounds`` pairs are complete; None while more runs are needed. Before
     that, after each complete pair: outputs that changed end the trial at once (reverted), and a
@@ -413,7 +433,13 @@ def decide_trial(
                 d.interval,
             )
         return d
-    slower = clearly_slower(a_s, b_s, min_gain, rounds)  # each losing run costs the job: stop
+    if len({line(a) for a, _ in used}) > 1:
+        # pairs of other command lines are other lengths: each pair is held against its own A
+        slower = clearly_slower(
+            [1.0] * len(a_s), [b / a for a, b in zip(a_s, b_s, strict=True)], min_gain, rounds
+        )
+    else:
+        slower = clearly_slower(a_s, b_s, min_gain, rounds)  # each losing run costs the job: stop
     if slower is not None:
         return slower
     if early_speedup <= 0:
@@ -433,7 +459,7 @@ def decide_trial(
                 f"{len(ratios)} of {rounds} pairs",
                 iv,
             )
-    noise = run_noise(list(earlier_plain_s or []) + a_s)
+    noise = _spread(used, earlier_plain_s)
     if noise is None:
         return None  # the workload's run-to-run spread is not measured yet: no early stop
     mean = sum(math.log(r) for r in ratios) / len(ratios)
@@ -452,6 +478,30 @@ def decide_trial(
         f"{need:.2f}x and within the {t.bound:.2f}x its cause allows: decided after {len(ratios)} of "
         f"{rounds} pairs",
         Interval(speedup, low, high, len(ratios), True),
+    )
+
+
+def line(run: dict[str, Any]) -> str:
+    """The command line a trial's run was of (launch_key.command_digest; "": not known)."""
+    return str(run.get("command") or "")
+
+
+def _spread(
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    earlier: Sequence[float] | Mapping[str, Sequence[float]] | None,
+) -> float | None:
+    """The run-to-run spread the pairs are judged against: with the plain runs of each of their
+    command lines (``earlier``, by line), the largest of their lines' spreads, each from that line's
+    plain runs and its pairs' A arms (None when a line's is not measured: a noisy line's pair was
+    promoted on a quiet line's 2%); with one list, every pair's line alike."""
+    if not isinstance(earlier, Mapping):
+        return run_noise(list(earlier or []) + [a["run_s"] for a, _ in pairs])
+    spreads = [
+        run_noise(list(earlier.get(x, [])) + [a["run_s"] for a, _ in pairs if line(a) == x])
+        for x in {line(a) for a, _ in pairs}
+    ]
+    return (
+        None if not spreads or any(v is None for v in spreads) else max(v for v in spreads if v is not None)
     )
 
 

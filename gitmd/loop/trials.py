@@ -22,7 +22,15 @@ from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.errors import GitmdError
 from gitmd.experiments.decide import Decision
 from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
-from gitmd.experiments.runs import MAX_SKIPPED, MAX_SPOILED, METRICS, LaunchTrial, decide_trial
+from gitmd.experiments.runs import (
+    MAX_FRESH,
+    MAX_SKIPPED,
+    MAX_SPOILED,
+    METRICS,
+    LaunchTrial,
+    decide_trial,
+    line,
+)
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job
@@ -221,18 +229,34 @@ class Trials:
             return plan  # the common case, read only: no write transaction per registration
         if running.lever == PolicyEnv.name and not self._still_confirming(running, plan):
             return plan  # ended before this run took an arm in it
-        got = d.launch_trials.assign(workload_id, job.id, job.uid, command_digest(job.command, job.cwd))
+        # a pair is two runs of one command line: only a line that ran here before may open one
+        line = (job.command, job.cwd)
+        opens = bool(d.jobs.earlier_runs_s(job.launch_key, job.created_ns, runs=1, command=line))
+        got = d.launch_trials.assign(workload_id, job.id, job.uid, command_digest(*line), opens)
         if got is None:
             return plan
         t, arm = got
         if not arm:
-            half = t.half() or {}
-            waits = "still runs" if not half.get("done") else (
-                f"has ended ({t.skipped} of {MAX_SKIPPED} launches of other lines before it is left unpaired)"
-            )  # fmt: skip
-            log.info("job %s (%s): no arm in launch trial %d (%s): its pair's first run, job %s, is of "
-                     "another command line (a pair compares two runs of the same work) and %s", job.id,
-                     job.name, t.id, t.lever, half.get("job_id", "?"), waits)  # fmt: skip
+            half = t.half()
+            if half is None and t.skipped >= MAX_FRESH:
+                why = (
+                    f"no pair could be made: the workload's last {t.skipped} launches got no arm (command "
+                    "lines that had not run here before, or not the half pair's)"
+                )
+                self._abandon(t, why)
+            elif half is None:
+                log.info("job %s (%s): no arm in launch trial %d (%s): its command line has not run here "
+                         "before, so no second run of it may come to pair with it (%d of %d launches in a "
+                         "row before the trial is abandoned)", job.id, job.name, t.id, t.lever, t.skipped,
+                         MAX_FRESH)  # fmt: skip
+            else:
+                waits = "still runs" if not half.get("done") else (
+                    f"has ended ({t.skipped} of {MAX_SKIPPED} launches of other lines before it is left "
+                    "unpaired)"
+                )  # fmt: skip
+                log.info("job %s (%s): no arm in launch trial %d (%s): its pair's first run, job %s, is of "
+                         "another command line (a pair compares two runs of the same work) and %s", job.id,
+                         job.name, t.id, t.lever, half.get("job_id", "?"), waits)  # fmt: skip
             return plan
         d.states.of(job.id).trial_id = t.id
         # the lever's variables are never gitmd's own (a policy may not set those)
@@ -298,17 +322,22 @@ class Trials:
                           "no run of their command line to pair with")  # fmt: skip
             return
         in_trial = {r["job_id"] for r in t.runs}
-        # the workload's spread, from runs of the trial's command line only (the job's: its arm)
-        earlier = d.jobs.plain_runs_s(
-            job.launch_key, exclude=in_trial, clock=t.clock(), command=(job.command, job.cwd)
-        )
+        # the spread of each command line its pairs are of: that line's plain runs
+        earlier: dict[str, list[float]] = {}
+        for a, _ in t.pairs():
+            if line(a) not in earlier:
+                of = d.jobs.get(a["job_id"])
+                earlier[line(a)] = d.jobs.plain_runs_s(
+                    of.launch_key, exclude=in_trial, clock=t.clock(), command=(of.command, of.cwd)
+                )
         dec = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
         if dec is None:
             return
         lever = t.lever_obj()
         decision = {**decision_json(dec), "runs": [r["job_id"] for r in t.runs]}
         state = "promoted" if dec.promote else "reverted"
-        d.launch_trials.end(t, state, decision)
+        if not d.launch_trials.end(t, state, decision):
+            return  # another run's end decided it meanwhile: recorded and kept once
         now = time.time_ns()
         arms = [
             {

@@ -262,3 +262,36 @@ def test_a_pairs_first_run_that_crashed_waits_for_no_second(tmp_path: Path) -> N
     got = trials.assign("w", "j2", 0, "c2")
     assert got is not None and got[1] == "A" and got[0].runs[0]["unpaired"]
     assert got[0].spoiled() == 1 and got[0].half() == got[0].runs[1]
+
+
+def test_pairs_of_several_command_lines_are_each_judged_by_their_own_line() -> None:
+    """Pairs of two lines may decide together, but each by its own line: the spread an early stop
+    needs is each pair's line's (a noisy line's 1.525x was promoted on a quiet line's 2% spread), a
+    clearly slower lever is seen pair by pair (min B over max A across a 30-s and a 10-s line hid
+    two pairs 20% slower), and a run left unpaired sets no clock."""
+
+    def on(line: str, r: dict[str, Any]) -> dict[str, Any]:
+        r["command"] = line
+        return r
+
+    noisy = trial(on("n", run("A", 30.5)), on("n", run("B", 19.0, 1.001)))
+    spreads = {"n": [30.0, 24.0, 36.0], "q": [30.0, 30.01, 29.99]}
+    assert decide_trial(noisy, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=spreads) is None
+    quiet_only = decide_trial(noisy, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=spreads["q"])
+    assert quiet_only is not None and quiet_only.promote  # what one list for every line did
+    # a second pair on the quiet line (2.4x: the two disagree, no two-pair t interval): n's 40% holds
+    both = trial(*noisy.runs, on("q", run("B", 12.5, 1.001)), on("q", run("A", 30.0)))
+    assert decide_trial(both, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=spreads) is None
+    assert decide_trial(both, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=spreads["q"]) is not None
+    # each pair 20% slower, on a 30-s line and a 10-s line: stopped as clearly slower
+    slower = trial(
+        on("x", run("A", 30.0)), on("x", run("B", 36.0)), on("y", run("B", 12.0)), on("y", run("A", 10.0)),
+        lever="cuda_device_max_connections",
+    )  # fmt: skip
+    d = decide_trial(slower, CONTRACT, 3, 0.03, 1.5)
+    assert d is not None and not d.promote and "stopped before 3 pairs" in d.reason
+    # a run left unpaired is no evidence: it does not set the trial's clock
+    late = run("A", 9.0)
+    late.update(clock="wall_s", unpaired="its command line did not run again")
+    t = trial(run("A", 10.0), run("B", 8.0), late)
+    assert t.clock() == "run_s" and len(t.pairs()) == 1 and t.spoiled() == 1

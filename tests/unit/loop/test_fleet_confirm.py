@@ -45,6 +45,7 @@ def test_a_fleet_policy_that_holds_here_is_confirmed_and_kept(tmp_path: Path) ->
     svc = make_service(tmp_path)
     recurring(svc, "train")
     p = fleet_policy(svc)
+    run_train(svc, CONTRACT, 10.0, 1.0)  # its first run here: a line not run here before opens no pair
     assert p.trust == 1 and outbox(svc) == []  # what the fleet sent is not sent back
     got = runs(svc, 8.0)
     # A B, B A, A B: the A runs ran without the policy, the B runs with it
@@ -66,6 +67,7 @@ def test_a_fleet_policy_that_slows_the_job_here_is_reverted_here_and_suspect(tmp
     svc = make_service(tmp_path)
     recurring(svc, "train")
     p = fleet_policy(svc)
+    run_train(svc, CONTRACT, 10.0, 1.0)  # its first run here: a line not run here before opens no pair
     got = runs(svc, 12.0, 4)  # 20% slower with it: stopped after two pairs (clearly slower)
     assert [a for a, _ in got][:4] == ["A", "B", "B", "A"]
     (t,) = svc.trials.of_workload("00c0ffee0003")
@@ -185,6 +187,7 @@ def test_a_confirmation_that_cannot_decide_does_not_keep_the_policy(tmp_path: Pa
     svc = make_service(tmp_path)
     recurring(svc, "train")
     p = fleet_policy(svc)
+    run_train(svc, CONTRACT, 10.0, 1.0)  # its first run here: a line not run here before opens no pair
     for _ in range(6):
         run_train(svc, CONTRACT, None, 1.0)
     (t,) = svc.trials.of_workload("00c0ffee0003")
@@ -200,6 +203,7 @@ def test_a_policy_reverted_during_its_confirmation_ends_it(tmp_path: Path) -> No
     svc = make_service(tmp_path)
     recurring(svc, "train")
     p = fleet_policy(svc)
+    run_train(svc, CONTRACT, 10.0, 1.0)  # its first run here: a line not run here before opens no pair
     runs(svc, 8.0, 2)  # A, B
     svc.library.revert(p.id, push=False)
     ((arm, env),) = runs(svc, 8.0, 1)

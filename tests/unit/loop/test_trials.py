@@ -49,6 +49,7 @@ def test_a_launch_trial_with_a_modest_gain_takes_its_full_rounds(tmp_path: Path)
     svc = make_service(tmp_path)
     wid = recurring(svc, "train")
     contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
     assert svc.trials.plan(wid, make("cpu_threads"), "host_contention") is not None
     arms = []
     for i in range(6):
@@ -66,6 +67,7 @@ def test_launch_trial_with_changed_outputs_or_no_steps_is_not_promoted(tmp_path:
     svc = make_service(tmp_path)
     wid = recurring(svc, "train")
     contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-4)))
+    run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
     svc.trials.plan(wid, make("tf32_override"), "fp32_gemm")
     for i in range(6):
         arm_b = i in (1, 2, 5)
@@ -122,6 +124,7 @@ def test_a_trial_run_that_crashed_is_not_evidence(tmp_path: Path) -> None:
     svc = make_service(tmp_path)
     wid = recurring(svc, "train")
     contract = Contract((Check("exit_status"),))
+    run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
     assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.17) is not None
     run_train(svc, contract, None, 1.0, exit_code=-11)  # arm A crashed
     (t,) = svc.trials.of_workload(wid)
@@ -340,16 +343,17 @@ def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> N
     2 of 3 pairs", promoted and applied at every later launch (e42b409). Each pair is now two runs of
     one line (pairs of either line), so it is decided on like against like: not promoted. A B arm's
     cost is measured against its own line's plain runs (the script's 10-s runs made a 30-s arm cost
-    20 s). A line that changes every run (a seed) never completes a pair: its trial is abandoned
-    once its half pairs have spoiled it."""
+    20 s). A line that changes every run (a seed) never opens a pair (only a line that ran here
+    before does): its trial is abandoned with no arm handed out."""
     import json as _json
 
-    from gitmd.experiments.runs import MAX_SKIPPED, MAX_SPOILED
+    from gitmd.experiments.runs import MAX_FRESH
 
     svc = make_service(tmp_path)
     wid = recurring(svc, "train")
     contract = Contract((Check("exit_status"),))
     long_line, short_line = ("--steps", "300"), ("--steps", "100")
+    run_train(svc, contract, 30.0, 1.0, args=long_line)  # the observed run that planned it
     assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.9, 10.0)
     seen = []
     for i in range(12):
@@ -364,7 +368,7 @@ def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> N
     b_runs = [r["job_id"] for r in t.runs if r["arm"] == "B"]
     assert all(_json.loads(svc.jobs.get(j).cost)["trial_arm_s"] == 0.0 for j in b_runs)
 
-    # a command line that changes every run: its half pairs are left unpaired, then it is abandoned
+    # a command line that changes every run (a seed): no line has run before, so no pair opens
     assert svc.trials.plan(wid, make("alloc_expandable_segments"), "allocator", 0.5, 2.0)
     runs = 0
     while svc.trials.of_workload(wid)[-1].state == "running":
@@ -372,5 +376,23 @@ def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> N
         run_train(svc, contract, 10.0, 1.0, args=("--seed", str(runs)))
         assert runs < 100
     t2 = svc.trials.of_workload(wid)[-1]
-    assert t2.state == "abandoned" and "no run of their command line" in t2.decision["reason"], t2.decision
-    assert runs == 1 + MAX_SPOILED * MAX_SKIPPED and t2.pairs() == []
+    assert t2.state == "abandoned" and "no pair could be made" in t2.decision["reason"], t2.decision
+    assert runs == MAX_FRESH and t2.runs == []  # no arm was ever handed out: nothing it cost
+
+
+def test_a_trial_another_runs_end_decided_meanwhile_is_kept_once(tmp_path: Path) -> None:
+    """Two trial runs ending at once both decide the trial: only the one whose end() ended it
+    records the experiment and keeps the policy (a review stored two validated policies)."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
+    run_train(svc, contract, 10.0, 1.0)
+    assert svc.trials.plan(wid, make("tf32_override"), "fp32_gemm", 0.9) is not None
+    for s in (10.0, 2.0, 2.0):  # A B B: the fourth run completes two pairs that agree on 5x
+        run_train(svc, contract, s, 1.0)
+    ended = svc.trials.end
+    svc.trials.end = lambda t, state, decision: False  # type: ignore[method-assign]  # ended meanwhile
+    run_train(svc, contract, 10.0, 1.0)
+    svc.trials.end = ended  # type: ignore[method-assign]
+    assert svc.workload(wid).policies == ()
+    assert all(svc.experiments.of_job(j.id) == [] for j in svc.jobs.list(include_exited=True))
