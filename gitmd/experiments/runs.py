@@ -442,9 +442,23 @@ def decide_trial(
         slower = clearly_slower(a_s, b_s, min_gain, rounds)  # each losing run costs the job: stop
     if slower is not None:
         return slower
+    ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]
+    noise = _spread(used, earlier_plain_s)
+    if noise is not None:
+        # slower in every pair beyond what the runs of its lines vary by: each B arm costs the job
+        # a run, so the first such pair stops it (never a promotion: only what is not kept)
+        slowest = 1 / max(ratios)
+        need = max(1 + min_gain, 1 + NOISE_MARGIN * noise)
+        if slowest >= need:
+            return Decision(
+                False,
+                f"{_geomean(ratios):.3f}x: every pair at least {slowest:.2f}x slower with it, beyond "
+                f"{need:.2f}x (the workload's run-to-run spread {100 * noise:.0f}%): stopped after "
+                f"{len(ratios)} of {rounds} pairs, not kept",
+                _noise_interval(ratios, noise),
+            )
     if early_speedup <= 0:
         return None
-    ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]
     if len(ratios) >= 2:
         # two pairs, one of each order, have a paired t interval of their own (1 degree of freedom:
         # t's 97.5% point is 12.7, so it takes pairs that agree): a workload whose plain runs were
@@ -459,15 +473,10 @@ def decide_trial(
                 f"{len(ratios)} of {rounds} pairs",
                 iv,
             )
-    noise = _spread(used, earlier_plain_s)
     if noise is None:
         return None  # the workload's run-to-run spread is not measured yet: no early stop
-    mean = sum(math.log(r) for r in ratios) / len(ratios)
-    speedup = math.exp(mean)
-    # a real interval, from the measured spread (taken as each run's standard deviation, which
-    # overstates it): a pair's log ratio varies by sqrt(2) x that
-    half = 1.96 * math.sqrt(2) * math.log1p(noise) / math.sqrt(len(ratios))
-    low, high = math.exp(mean - half), math.exp(mean + half)
+    iv = _noise_interval(ratios, noise)
+    speedup, low, high = iv.speedup, iv.low, iv.high
     need = max(early_speedup, 1 + NOISE_MARGIN * noise)
     if min(ratios) < need or low < 1 + min_gain or speedup > t.bound:
         return None
@@ -477,8 +486,20 @@ def decide_trial(
         f"workload's run-to-run spread {100 * noise:.0f}%); every pair at least {min(ratios):.2f}x, beyond "
         f"{need:.2f}x and within the {t.bound:.2f}x its cause allows: decided after {len(ratios)} of "
         f"{rounds} pairs",
-        Interval(speedup, low, high, len(ratios), True),
+        iv,
     )
+
+
+def _geomean(ratios: list[float]) -> float:
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def _noise_interval(ratios: list[float], noise: float) -> Interval:
+    """A real interval around the pairs' mean gain, from the measured run-to-run spread (taken as
+    each run's standard deviation, which overstates it): a pair's log ratio varies by sqrt(2) x that."""
+    mean = math.log(_geomean(ratios))
+    half = 1.96 * math.sqrt(2) * math.log1p(noise) / math.sqrt(len(ratios))
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ratios), True)
 
 
 def line(run: dict[str, Any]) -> str:

@@ -295,3 +295,21 @@ def test_pairs_of_several_command_lines_are_each_judged_by_their_own_line() -> N
     late.update(clock="wall_s", unpaired="its command line did not run again")
     t = trial(run("A", 10.0), run("B", 8.0), late)
     assert t.clock() == "run_s" and len(t.pairs()) == 1 and t.spoiled() == 1
+
+
+def test_one_pair_clearly_slower_beyond_the_measured_spread_stops_the_trial() -> None:
+    """Each B arm of a losing lever costs the job a run: with the line's spread measured, the first
+    pair slower beyond three times it stops the trial (not kept); within it, or with no spread
+    measured, more pairs are needed."""
+    lever = "cuda_device_max_connections"
+    slow = trial(run("A", 40.0), run("B", 48.0), lever=lever)  # 20% slower
+    d = decide_trial(slow, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.8, 40.2, 40.1])
+    assert d is not None and not d.promote and "stopped after 1 of 3 pairs" in d.reason
+    assert d.interval is not None and d.interval.low < 40 / 48 < d.interval.high < 1  # a real interval
+    assert (
+        decide_trial(slow, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[36.0, 40.0, 44.0]) is None
+    )  # 20% spread
+    assert decide_trial(slow, CONTRACT, 3, 0.03, 1.5) is None  # no spread measured
+    assert (
+        decide_trial(slow, CONTRACT, 3, 0.03, 0.0, earlier_plain_s=[39.8, 40.2, 40.1]) is not None
+    )  # early stops off: still stops
