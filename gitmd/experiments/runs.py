@@ -30,8 +30,9 @@ decide together: each pair is a ratio, every pair is held against its own A, and
 early stop needs is each line's own. While a pair is half done, a launch of another command line
 of the workload gets no arm; once the half pair's run has ended, ``MAX_SKIPPED`` such launches in a
 row leave it unpaired (its line stopped coming) and the next launch may open a new pair. Only a
-line that has run here before opens a pair (one new every run, a seed or a date in it, would never
-be paired); ``MAX_FRESH`` launches in a row with no arm abandon the trial.
+line that was launched here before opens a pair (one new every run, a seed or a date in it, would
+never be paired); a trial that ``MAX_FRESH`` runs of its workload have passed by since its latest
+arm is abandoned (gitmd/loop/trials.py: Trials.stalled).
 
 Runs with no length (no CUDA, failed early), runs that died by a signal (a crash is never
 evidence: it may be gitmd's) and runs left unpaired spoil their pair; after ``MAX_SPOILED`` such
@@ -60,8 +61,8 @@ MAX_SPOILED = 6
 # launches of the workload's other command lines, in a row after a half-done pair's run ended,
 # before that run is left unpaired
 MAX_SKIPPED = 6
-# launches in a row with no arm, no pair half done, before the trial is abandoned: its command lines
-# do not recur (each run's is new: a seed or a date in it), so no pair can be made
+# runs of the workload since a trial's latest arm (or its start) before it is abandoned: its command
+# lines do not recur (each run's is new: a seed or a date in it), so no pair can be made
 MAX_FRESH = 12
 # what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
 METRICS = {
@@ -83,6 +84,7 @@ class LaunchTrial:
     cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
     predicted: float = 0.0  # the gain attribution predicted: 1 / (1 - the cause's cost share); 0: none
     skipped: int = 0  # launches of other command lines since its half-done pair's run ended
+    created_ns: int = 0
 
     @property
     def bound(self) -> float:
@@ -164,6 +166,7 @@ def _trial(r: dict[str, Any]) -> LaunchTrial:
         float(r.get("cause_share") or 0.0),
         float(r.get("predicted") or 0.0),
         int(r.get("skipped") or 0),
+        int(r.get("created_ns") or 0),
     )
 
 
@@ -252,13 +255,13 @@ class LaunchTrials:
     ) -> tuple[LaunchTrial, str] | None:
         """The running trial of the workload and this run's arm (recorded), or None when none runs.
         ``command``: the run's command line (launch_key.command_digest); ``opens``: whether that line
-        has run here before, so that a second run of it may come to pair with this one. A run gets
-        arm "" (none), counted in ``skipped`` (launches in a row with no arm):
-        - while a pair is half done and its first run has ended, for another line; the MAX_SKIPPED-th
-          leaves that run unpaired (uncounted while it still runs: its second may yet come);
-        - when it would open a pair and its line has not run here before (a seed or a date in every
-          command line: no second run of it comes). The loop abandons a trial with no pair open
-          once MAX_FRESH launches in a row got no arm.
+        was launched here before, so that a second run of it may come to pair with this one. A run
+        gets arm "" (none):
+        - while a pair is half done and its first run has ended, for another line, counted in
+          ``skipped``; the MAX_SKIPPED-th leaves that run unpaired (uncounted while it still runs:
+          its second may yet come);
+        - when it would open a pair and its line was not launched here before (a seed or a date in
+          every command line: no second run of it comes).
         A pair's first run that ended with no length or crashed is left unpaired at once."""
         with self.store.transaction() as db:
             rows = list(
@@ -287,9 +290,9 @@ class LaunchTrials:
                 )
                 half = None
                 if not opens:
+                    t.skipped = 0
                     return self._no_arm(db, t, now)
             elif half is None and not opens:
-                t.skipped += 1
                 return self._no_arm(db, t, now)
             arm = t.next_arm()
             run: dict[str, Any] = {"job_id": job_id, "arm": arm, "uid": uid, "done": False}
@@ -368,13 +371,17 @@ class LaunchTrials:
                     )
         return n
 
-    def end(self, t: LaunchTrial, state: str, decision: dict[str, Any]) -> bool:
-        """The trial ends (``state``), unless it has ended already: whether this call ended it."""
+    def end(self, t: LaunchTrial, state: str, decision: dict[str, Any], as_read: bool = False) -> bool:
+        """The trial ends (``state``), unless it has ended already, or (``as_read``) its runs are no
+        longer those of ``t`` (another registration took an arm meanwhile): whether this call ended
+        it."""
+        same = " AND runs = ?" if as_read else ""
+        args: tuple[Any, ...] = (state, json.dumps(decision), time.time_ns(), t.id)
         with self.store.transaction() as db:
             cur = db.conn.execute(
                 "UPDATE launch_trials SET state = ?, decision = ?, updated_ns = ? "
-                "WHERE id = ? AND state = 'running'",
-                (state, json.dumps(decision), time.time_ns(), t.id),
+                f"WHERE id = ? AND state = 'running'{same}",
+                (*args, json.dumps(t.runs)) if as_read else args,
             )
             return cur.rowcount > 0
 
@@ -449,13 +456,14 @@ def decide_trial(
         # a run, so the first such pair stops it (never a promotion: only what is not kept)
         slowest = 1 / max(ratios)
         need = max(1 + min_gain, 1 + NOISE_MARGIN * noise)
-        if slowest >= need:
+        iv = _noise_interval(ratios, noise)
+        if slowest >= need and iv.high * (1 + min_gain) < 1:
             return Decision(
                 False,
-                f"{_geomean(ratios):.3f}x: every pair at least {slowest:.2f}x slower with it, beyond "
-                f"{need:.2f}x (the workload's run-to-run spread {100 * noise:.0f}%): stopped after "
-                f"{len(ratios)} of {rounds} pairs, not kept",
-                _noise_interval(ratios, noise),
+                f"{iv.speedup:.3f}x (95% {iv.low:.3f}-{iv.high:.3f}, from the workload's run-to-run "
+                f"spread {100 * noise:.0f}%): every pair at least {slowest:.2f}x slower with it, beyond "
+                f"{need:.2f}x: stopped after {len(ratios)} of {rounds} pairs, not kept",
+                iv,
             )
     if early_speedup <= 0:
         return None

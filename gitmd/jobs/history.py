@@ -168,6 +168,28 @@ class RunHistory:
             return None
         return max(0.0, float(row[0]) / float(row[1]))
 
+    def launched_before(self, run: Run) -> bool:
+        """Whether ``run``'s exact command line was launched here before it (whatever became of
+        that run: it may still be running)."""
+        if not run.launch_key:
+            return False
+        with self.store.reading() as db:
+            row = db.conn.execute(
+                "SELECT 1 FROM jobs WHERE launch_key = ? AND command = ? AND cwd = ? AND created_ns < ? "
+                "LIMIT 1",
+                [run.launch_key, json.dumps(list(run.command)), run.cwd, run.created_ns],
+            ).fetchone()
+        return row is not None
+
+    def workload_runs_since(self, workload_id: str, after_ns: int) -> int:
+        """How many runs of the workload were registered after ``after_ns`` (those not yet known
+        as its runs, still unfingerprinted, are not counted)."""
+        with self.store.reading() as db:
+            (n,) = db.conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE workload_id = ? AND created_ns > ?", [workload_id, after_ns]
+            ).fetchone()
+        return int(n)
+
     def observed_between(self, workload_id: str, after_ns: int, before_ns: int) -> int:
         """How many ended runs of the workload registered strictly between the two times had a
         capture window."""

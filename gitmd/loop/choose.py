@@ -84,7 +84,7 @@ class Choose:
         if st.trial_id is not None:
             return f"a run of launch trial {st.trial_id}: nothing else may change under it"
         running = d.launch_trials.running(d.jobs.get(job_id).workload_id) if not st.observed else None
-        if running is not None:
+        if running is not None and not self.trials.stalled(running):
             # a run of another command line (no arm: a pair is half done): a live policy kept now would
             # change the trial's later arms (and put the shim back in them) mid-trial
             return f"its workload's launch trial {running.id} runs: one change to the workload at a time"
@@ -234,10 +234,15 @@ class Choose:
             return "experiments off"
         if not job.workload_id:
             return "no workload yet (its step has not been fingerprinted)"
+        # a run of the workload meets its running trial: one its runs pass by for good ends here,
+        # whether or not this run may explore (Trials.stalled)
+        running = d.launch_trials.running(job.workload_id)
+        if running is not None and self.trials.stalled(running):
+            running = None
         why = self.not_explorable(job)
         if why:
             return why
-        if d.launch_trials.running(job.workload_id) is not None:
+        if running is not None:
             return ""
         report = self._report(job)
         if report is None:

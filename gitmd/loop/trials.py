@@ -229,26 +229,21 @@ class Trials:
             return plan  # the common case, read only: no write transaction per registration
         if running.lever == PolicyEnv.name and not self._still_confirming(running, plan):
             return plan  # ended before this run took an arm in it
-        # a pair is two runs of one command line: only a line that ran here before may open one
-        line = (job.command, job.cwd)
-        opens = bool(d.jobs.earlier_runs_s(job.launch_key, job.created_ns, runs=1, command=line))
-        got = d.launch_trials.assign(workload_id, job.id, job.uid, command_digest(*line), opens)
+        # a pair is two runs of one command line: only a line launched here before may open one
+        opens = d.jobs.launched_before(job)
+        got = d.launch_trials.assign(
+            workload_id, job.id, job.uid, command_digest(job.command, job.cwd), opens
+        )
         if got is None:
             return plan
         t, arm = got
         if not arm:
             half = t.half()
-            if half is None and t.skipped >= MAX_FRESH:
-                why = (
-                    f"no pair could be made: the workload's last {t.skipped} launches got no arm (command "
-                    "lines that had not run here before, or not the half pair's)"
-                )
-                self._abandon(t, why)
-            elif half is None:
-                log.info("job %s (%s): no arm in launch trial %d (%s): its command line has not run here "
-                         "before, so no second run of it may come to pair with it (%d of %d launches in a "
-                         "row before the trial is abandoned)", job.id, job.name, t.id, t.lever, t.skipped,
-                         MAX_FRESH)  # fmt: skip
+            if half is None:
+                if not self.stalled(t):
+                    log.info("job %s (%s): no arm in launch trial %d (%s): its command line was not launched "
+                             "here before, so no second run of it may come to pair with it", job.id, job.name,
+                             t.id, t.lever)  # fmt: skip
             else:
                 waits = "still runs" if not half.get("done") else (
                     f"has ended ({t.skipped} of {MAX_SKIPPED} launches of other lines before it is left "
@@ -389,16 +384,41 @@ class Trials:
             driver=d.backend.driver_version() or "",
         )
 
-    def _abandon(self, t: LaunchTrial, why: str) -> None:
+    def stalled(self, t: LaunchTrial) -> bool:
+        """Abandon the trial (True) when MAX_FRESH runs of its workload have come since its latest
+        arm (or since it was planned) and none took one, with no pair half done: its command lines
+        do not recur (a seed or a date in every one, whether its launches were sure of the workload
+        or only fingerprinted as it), so no pair can be made, and while it runs no other trial of
+        the workload, live or launch, may start. Asked where a run of the workload meets the running
+        trial: its launch (Trials.arm) and the trial planning after its windows (Choose)."""
+        if t.half() is not None:
+            return False
+        since = t.created_ns
+        if t.runs:
+            try:
+                since = max(since, self.d.jobs.get(t.runs[-1]["job_id"]).created_ns)
+            except GitmdError:
+                pass  # its latest run's job is gone: counted from the trial's start
+        n = self.d.jobs.workload_runs_since(t.workload_id, since)
+        if n < MAX_FRESH:
+            return False
+        why = (
+            f"no pair could be made: {n} runs of the workload came since its latest arm and none could "
+            "take one (command lines not launched here before, or not the half pair's)"
+        )
+        return self._abandon(t, why, as_read=True)
+
+    def _abandon(self, t: LaunchTrial, why: str, as_read: bool = False) -> bool:
         """The trial ends undecided; a policy from the fleet it was confirming is not kept here
         (suspect only when a run with it crashed)."""
-        if not self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why}):
-            return  # ended meanwhile (another registration's thread): told once
+        if not self.d.launch_trials.end(t, "abandoned", {"promote": False, "reason": why}, as_read):
+            return False  # ended meanwhile (another registration's thread: told once), or armed
         log.info("launch trial %d (%s): abandoned: %s", t.id, t.lever, why)
         if t.lever == PolicyEnv.name:
             crashed = any(r.get("crashed") and r["arm"] == "B" for r in t.runs)
             self.confirmed(int(t.setting["policy"]), Decision(False, f"not decided: {why}", None),
                            {"launch_trial": t.id}, suspect=crashed)  # fmt: skip
+        return True
 
     def shutdown(self) -> None:
         with self.d.states.exp_lock:

@@ -313,3 +313,15 @@ def test_one_pair_clearly_slower_beyond_the_measured_spread_stops_the_trial() ->
     assert (
         decide_trial(slow, CONTRACT, 3, 0.03, 0.0, earlier_plain_s=[39.8, 40.2, 40.1]) is not None
     )  # early stops off: still stops
+
+
+def test_the_one_pair_slower_stop_needs_its_interval_clear_of_no_effect() -> None:
+    """A review: with a line spread 18% (plain runs 10 and 12 s, A 11 s), one pair at 17.02 s was
+    stopped as slower with its interval (0.41-1.03) still holding no effect. The stop now also needs
+    the interval's top below 1 / (1 + min_gain); a pair 3.1% slower on a 0.5% spread no longer stops
+    it either (a single pair, in one order, cannot cancel a drift)."""
+    lever = "cuda_device_max_connections"
+    wide = trial(run("A", 11.0), run("B", 17.02), lever=lever)
+    assert decide_trial(wide, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[10.0, 12.0]) is None
+    tight = trial(run("A", 40.0), run("B", 41.24), lever=lever)
+    assert decide_trial(tight, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.9, 40.1, 40.05]) is None

@@ -396,3 +396,46 @@ def test_a_trial_another_runs_end_decided_meanwhile_is_kept_once(tmp_path: Path)
     svc.trials.end = ended  # type: ignore[method-assign]
     assert svc.workload(wid).policies == ()
     assert all(svc.experiments.of_job(j.id) == [] for j in svc.jobs.list(include_exited=True))
+
+
+def test_a_trial_no_run_can_take_an_arm_in_is_abandoned_where_its_runs_meet_it(tmp_path: Path) -> None:
+    """`python train.py --seed N` with no stated key: no launch is sure of the workload (each line
+    is new), so none reaches the trial's arms; each run joins the workload only once fingerprinted.
+    The trial got no run, was never decided nor abandoned, and refused every other trial of the
+    workload for good (a review). Once MAX_FRESH of its runs have come since its latest arm, the
+    next of them that meets it (the trial planning after a window) abandons it."""
+    from gitmd.experiments.runs import MAX_FRESH
+
+    svc = make_service(tmp_path)
+    t = svc.trials.plan("w-seed", make("cuda_device_max_connections"), "launch_bound", 0.5)
+    assert t is not None
+    jobs = []
+    for i in range(MAX_FRESH):
+        reg = Registration("t", ("python", "t.py", "--seed", str(i)), "/srv", os.getuid(), os.getgid())
+        view, plan = svc.register_job(reg)
+        assert not plan.trial and view.job.workload_id == ""  # not sure: no arm, no workload yet
+        svc.jobs.set_workload(view.job.id, "w-seed")  # its fingerprint matched the workload
+        jobs.append(view.job.id)
+        if i < MAX_FRESH - 1:
+            svc.loop.choose.launch(view.job.id)
+            assert svc.trials.running("w-seed") is not None  # fewer than MAX_FRESH runs since: it waits
+    svc.loop.choose.launch(jobs[-1])
+    (done,) = svc.trials.of_workload("w-seed")
+    assert done.state == "abandoned" and f"{MAX_FRESH} runs of the workload came" in done.decision["reason"]
+    assert svc.trials.plan("w-seed", make("alloc_expandable_segments"), "allocator") is not None  # the next
+
+
+def test_a_recurring_line_whose_runs_overlap_opens_pairs(tmp_path: Path) -> None:
+    """A line launched again while its earlier run still runs (a frequent job, or many slots of one
+    command) was launched before: it opens a pair (counting only ended runs, every launch was
+    "new" and the trial was abandoned, its lever used up)."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    svc.register_job(reg)  # its first run: still running
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.5) is not None
+    arms = []
+    for _ in range(3):
+        _, plan = svc.register_job(reg)
+        arms.append(plan.trial.split("arm ")[1][0] if plan.trial else "-")
+    assert arms == ["A", "B", "B"], arms
