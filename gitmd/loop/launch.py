@@ -263,6 +263,15 @@ class Launch:
                 plan = dataclasses.replace(plan, policy_id=live.id, policy_status=live.status)
         if reg.allow_exploration and plan.capture and d.config.experiments.enabled and surely:
             plan = self.trials.arm(job, workload.id, plan)
+            if plan.trial and st.live is not None and st.live.confirm:
+                # a launch trial's arm is timed whole: a live trial of a fleet policy on it would change
+                # the run under its arm; the policy is confirmed on a run that is no arm
+                log.info("job %s (%s): live policy %d from the fleet is not tried on this run: it is an arm "
+                         "of a launch trial", job.id, job.name, st.live.policy_id)  # fmt: skip
+                if st.policy_id == st.live.policy_id:  # nothing of it runs: the arm is a plain run
+                    st.policy_id = 0
+                    plan = dataclasses.replace(plan, policy_id=0, policy_status="")
+                st.live = None
             if self.pub.known(job.id) and not plan.trial:
                 log.info(
                     "job %s (%s): launched with policy %d of workload %s; not explored "

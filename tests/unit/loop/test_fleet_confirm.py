@@ -210,3 +210,27 @@ def test_a_policy_reverted_during_its_confirmation_ends_it(tmp_path: Path) -> No
     assert arm == "-" and "CUDA_DEVICE_MAX_CONNECTIONS" not in env
     (t,) = svc.trials.of_workload("00c0ffee0003")
     assert t.state == "abandoned" and "no longer" in t.decision["reason"]
+
+
+def test_a_live_fleet_policy_is_not_tried_on_a_launch_trials_arm(tmp_path: Path) -> None:
+    """A launch trial's arm is timed whole: a live trial of a fleet policy in it would change the
+    run under its arm (a review). Such an arm runs without it, as a plain run; the policy is tried
+    on a run that is no arm."""
+    import os
+
+    from gitmd.jobs.registry import Registration
+    from gitmd.levers.registry import make
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    first, _ = svc.register_job(reg)
+    assert svc.states.of(first.job.id).live is None  # no policy yet
+    svc.report_exit(first.job.id, 0)
+    svc.library.fleet_outbox = True
+    p = svc.library.add_policy(wid, {}, "validated", 3.9, (3.5, 4.3), dict(FLEET),
+                               live=[{"lever": "cpu_affinity", "setting": {}}])  # fmt: skip
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.5) is not None
+    view, plan = svc.register_job(reg)
+    st = svc.states.of(view.job.id)
+    assert "arm A" in plan.trial and st.live is None and plan.policy_id != p.id and st.policy_id == 0
