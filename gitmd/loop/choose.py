@@ -83,11 +83,6 @@ class Choose:
                 return ""
         if st.trial_id is not None:
             return f"a run of launch trial {st.trial_id}: nothing else may change under it"
-        running = d.launch_trials.running(d.jobs.get(job_id).workload_id) if not st.observed else None
-        if running is not None and not self.trials.stalled(running):
-            # a run of another command line (no arm: a pair is half done): a live policy kept now would
-            # change the trial's later arms (and put the shim back in them) mid-trial
-            return f"its workload's launch trial {running.id} runs: one change to the workload at a time"
         if st.observed:
             return "its observation has ended"
         job = d.jobs.get(job_id)

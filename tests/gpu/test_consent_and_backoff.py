@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.gpu.test_experiments import W, keep_log, out
-from tests.gpu.test_launch_trials import CONFIG  # settle_s = 0: a run's windows at once
+from tests.gpu.test_launch_trials import CONFIG, gitmctl_lines  # CONFIG: settle_s = 0, windows at once
 from tests.integration.conftest import Daemon, command, free_port
 
 FP32 = [sys.executable, str(W / "mlp_train.py"), "--batch", "4096", "--hidden", "4096", "--steps", "1500"]
@@ -57,7 +57,7 @@ def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: A
         for i in range(9):
             r = ctl(d, "run", "-v", "--", *FP32)
             assert r.returncode == 0, r.stderr[-2000:]
-            tail = r.stderr.strip().splitlines()[-3:]
+            tail = gitmctl_lines(r.stderr)[-3:]
             job = json.loads(ctl(d, "job", job_of(r.stderr), "--json").stdout)
             runs.append({"run": i + 2, "stderr": tail, "result": r.stdout.split()[-3:], "job": job})
             if "launching with its validated policy" in r.stderr:

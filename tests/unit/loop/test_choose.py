@@ -286,13 +286,6 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
     why = svc.loop.choose.live(job_id)
     assert started == [] and "sched_priority tried on an earlier run of its workload and not kept" in why
     svc.experiments.workload_levers = lambda wid: {}  # type: ignore[method-assign]
-    # its workload's launch trial runs (this run, of another command line, got no arm): a live
-    # policy kept now would change the trial's later arms
-    t = svc.trials.plan("w1", make_lever("cuda_device_max_connections"), "launch_bound", 0.5)
-    assert t is not None
-    why = svc.loop.choose.live(job_id)
-    assert started == [] and f"launch trial {t.id} runs" in why
-    svc.trials.end(t, "abandoned", {})
 
     inside, most = [0], [0]
 
