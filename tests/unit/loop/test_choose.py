@@ -269,7 +269,10 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
     st = svc.states.of(job_id)
     st.steady = True
     report = SimpleNamespace(
-        window_id=1, causes=[Cause("sync_stall", 1e6, 0.3, 0.7, ("x",), ("sched_priority",), True)]
+        window_id=1,
+        causes=[Cause("sync_stall", 1e6, 0.3, 0.7, ("x",), ("sched_priority",), True)],
+        processes=[],
+        cause_pid=0,
     )
     svc.loop.attribute.report = lambda job, window_id=0: report  # type: ignore[method-assign,assignment,misc]
     svc.loop.attribute.earlier_causes = lambda job, rep: {"sync_stall"}  # type: ignore[method-assign,assignment,misc]
@@ -286,6 +289,17 @@ def test_no_live_trial_once_the_observation_has_ended_and_one_step_at_a_time(tmp
     why = svc.loop.choose.live(job_id)
     assert started == [] and "sched_priority tried on an earlier run of its workload and not kept" in why
     svc.experiments.workload_levers = lambda wid: {}  # type: ignore[method-assign]
+    # a launch trial of its workload planned meanwhile (after an earlier window of this run) does not
+    # keep this run's own live trial from starting: refusing it did, on the H200's contended job
+    # (2026-12-05: host_contention 65% in every window, no experiment decided)
+    t = svc.trials.plan("w1", make_lever("cuda_device_max_connections"), "launch_bound", 0.5)
+    assert t is not None
+    assert svc.loop.choose.live(job_id) == "" and len(started) == 1
+    started.clear()
+    with svc.states.exp_lock:
+        st.experiment = None
+    st.tried.clear()
+    svc.trials.end(t, "abandoned", {})
 
     inside, most = [0], [0]
 
