@@ -143,11 +143,14 @@ class Loop:
                     live = self.choose.live(job_id)  # attribute, choose: a live trial on this run now
                     launch = self.choose.launch(job_id)  # ... or a launch trial over its next runs
                     idle = f"live: {live}; launch: {launch}" if live and launch else ""
+                    said = f"live: {live}" if live else ""  # why this run got no live trial, said once
                 else:
                     idle = "its latest window held no kernel (start-up, a CPU phase, or records late)"
-                if idle != st.idle:
-                    log.debug("job %s: nothing tried after window %d: %s", job_id, window.window_id, idle)
-                st.idle = idle
+                    said = idle
+                if said and said != st.said:
+                    # at INFO: on the H200 a contended job's live trial never started and nothing said why
+                    log.info("job %s: no live trial after window %d: %s", job_id, window.window_id, said)
+                st.idle, st.said = idle, said
             except Exception:
                 log.exception("planning an experiment on job %s failed", job_id)
             self.observe.schedule_next(job_id, window)

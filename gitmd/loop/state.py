@@ -73,6 +73,7 @@ class JobState:
     resting: str = ""  # why this run gets no window at all: earlier runs observed it (Observe.rests)
     spent: str = ""  # its exploration budget ran out (a live trial stopped by it): no other trial
     idle: str = ""  # why its latest window started no trial ("" : one started, or one runs)
+    said: str = ""  # why its latest window started no live trial, as last logged
     # windows past start-up that held kernels: what the observation counts (capture.session_windows).
     # A window with no kernel shows nothing a cause could be read from — start-up, a CPU phase, or
     # kernel records that came too late for the window (H200 2026-12-03: a window of 2,159 syncs and
