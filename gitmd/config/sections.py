@@ -134,7 +134,7 @@ class CaptureConfig:
     overhead_budget: float = 0.01  # amortised slowdown the duty cycle may cost a job within a run
     # what observing may cost a recurring program across its runs: once the backoff says a run is
     # due, the program's observed runs' cost share (their cost record) spread over the unobserved
-    # runs between two observed ones must fit (Observe.amortised_gap); 0: the backoff alone
+    # runs between two observed ones must fit (gitmd/loop/cost.py: amortised_gap); 0: the backoff alone
     observation_budget: float = 0.01
     launch_cost_us: float = 6.0  # CUPTI's cost per kernel launch while a window is open (H200)
     # CUPTI's cost per kernel launch between windows once a window has attached it (activity off,

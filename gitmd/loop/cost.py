@@ -33,6 +33,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from typing import Any
@@ -182,3 +183,27 @@ def run_cost(
         "share": None if measured is None or not length else round(measured + model / length, 4),
     }
     return json.dumps(doc, sort_keys=True)
+
+
+def amortised_gap(d: Deps, job: Any) -> tuple[int, str]:
+    """How many runs of its program must go unobserved between two observed ones for what an
+    observed run costs it (the median share of its latest observed runs, run_cost above) to
+    stay within capture.observation_budget over those runs; with why, for the log ((0, "") when
+    no cost is known or no budget is set). Observing a launch-bound program costs it a
+    share no window placement avoids (CUPTI stays attached after the first window: timm
+    trainings lost 3-30% of an observed run, H200 2026-12-04): the backoff alone observed
+    such a program on 6 of its first 32 runs, whatever that cost."""
+    budget = d.config.capture.observation_budget
+    if budget <= 0:
+        return 0, ""
+    shares = d.jobs.program_cost_shares(job)
+    if not shares:
+        return 0, ""
+    share = statistics.median(shares)
+    runs = math.ceil(share / budget - 1e-9) - 1
+    if runs <= 0:
+        return 0, ""
+    return runs, (
+        f"; an observed run costs it {100 * share:.1f}%, so {runs} runs go unobserved between two "
+        f"to hold capture.observation_budget ({100 * budget:.1f}%)"
+    )

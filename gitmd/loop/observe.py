@@ -4,9 +4,7 @@ window's steps and fingerprint (which workload it is)."""
 from __future__ import annotations
 
 import logging
-import math
 import os
-import statistics
 import time
 
 from gitmd.analysis.fingerprint import signature
@@ -20,7 +18,7 @@ from gitmd.jobs.frameworks import frameworks_of
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import command_key
 from gitmd.jobs.registry import Job
-from gitmd.loop.cost import attached_model_s
+from gitmd.loop.cost import amortised_gap, attached_model_s
 from gitmd.loop.deps import Deps
 from gitmd.loop.publish import Publisher
 
@@ -226,7 +224,7 @@ class Observe:
         if since >= gap:
             # due by the backoff: unless its observed runs cost it more than the budget allows
             # when spread over the runs between them (only asked here: most runs are not due)
-            amortised, dear = self.amortised_gap(job)
+            amortised, dear = amortised_gap(self.d, job)
             gap = min(max(gap, amortised), c.reobserve_every - 1)
             if since >= gap:
                 return ""
@@ -248,29 +246,6 @@ class Observe:
         return (
             f"its program was observed on {observed} earlier runs; this run is not observed (the next "
             f"in {gap - since} runs: capture.reobserve_every{dear})"
-        )
-
-    def amortised_gap(self, job: Job) -> tuple[int, str]:
-        """How many runs of its program must go unobserved between two observed ones for what an
-        observed run costs it (the median share of its latest observed runs, gitmd/loop/cost.py) to
-        stay within capture.observation_budget over those runs; with why, for the log ((0, "") when
-        no cost is known or no budget is set). Observing a launch-bound program costs it a
-        share no window placement avoids (CUPTI stays attached after the first window: timm
-        trainings lost 3-30% of an observed run, H200 2026-12-04): the backoff alone observed
-        such a program on 6 of its first 32 runs, whatever that cost."""
-        budget = self.d.config.capture.observation_budget
-        if budget <= 0:
-            return 0, ""
-        shares = self.d.jobs.program_cost_shares(job)
-        if not shares:
-            return 0, ""
-        share = statistics.median(shares)
-        runs = math.ceil(share / budget - 1e-9) - 1
-        if runs <= 0:
-            return 0, ""
-        return runs, (
-            f"; an observed run costs it {100 * share:.1f}%, so {runs} runs go unobserved between two "
-            f"to hold capture.observation_budget ({100 * budget:.1f}%)"
         )
 
     def unsettled(self, job_id: str, procs: list[tuple[RingStatus, bool]]) -> bool:

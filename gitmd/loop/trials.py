@@ -22,15 +22,8 @@ from gitmd.capture.payloads import scalars as payload_scalars
 from gitmd.errors import GitmdError
 from gitmd.experiments.decide import Decision
 from gitmd.experiments.live import LiveExperiment, Measurement, decision_json
-from gitmd.experiments.runs import (
-    MAX_FRESH,
-    MAX_SKIPPED,
-    MAX_SPOILED,
-    METRICS,
-    LaunchTrial,
-    decide_trial,
-    line,
-)
+from gitmd.experiments.run_decision import decide_trial
+from gitmd.experiments.runs import MAX_FRESH, MAX_SKIPPED, MAX_SPOILED, METRICS, LaunchTrial, line
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job

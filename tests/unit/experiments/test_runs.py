@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gitmd.experiments.equivalence import Check, Contract
-from gitmd.experiments.runs import LaunchTrial, decide_trial, run_noise
+from gitmd.experiments.run_decision import decide_trial, run_noise
+from gitmd.experiments.runs import LaunchTrial
 
 CONTRACT = Contract((Check("exit_status"), Check("stdout_metric", regex=r"loss=(\S+)", rtol=1e-2)))
 _ids = itertools.count()
