@@ -166,6 +166,29 @@ def _cache_first(levers: tuple[str, ...]) -> tuple[str, ...]:
     return (*CACHE_LEVERS, *(x for x in levers if x not in CACHE_LEVERS))
 
 
+# The driver's default number of hardware work queues (connections) per device, which
+# CUDA_DEVICE_MAX_CONNECTIONS changes (CUDA's environment variables: 8 by default, 1 to 32). More
+# streams than connections share queues, and a stream's work waits behind another's in its queue.
+DEFAULT_CONNECTIONS = 8
+MORE_QUEUES = "cuda_device_max_connections"
+
+
+def busy_streams(r: Decoded) -> int:
+    """How many streams the window's kernels, copies and memsets ran on."""
+    ids = [a["stream_id"] for a in (r.kernels, r.memcpys, r.memsets) if len(a)]
+    return len(np.unique(np.concatenate(ids))) if ids else 0
+
+
+def _launch_levers(streams: int) -> tuple[str, ...]:
+    """launch_bound's levers as this window's evidence allows: more hardware queues only give work
+    on more streams than the default queues a way past each other. With as many streams as queues or
+    fewer, no stream's work waits behind another's in a shared queue, and the lever changes nothing:
+    a launch trial of it costs the workload runs and cannot win (H200 2026-12-05: planned on launch
+    gaps of single-stream programs, its B arm 31% slower by the run's wall time, one pair)."""
+    got = LEVERS["launch_bound"]
+    return got if streams > DEFAULT_CONNECTIONS else tuple(x for x in got if x != MORE_QUEUES)
+
+
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
     """Time and count of fp32 GEMM kernels that do not use tensor cores (TF32 would); cuDNN's
     GEMM-based convolutions are convolutions (conv_fp32_ns), not GEMMs cuBLAS's override reaches."""
@@ -264,12 +287,15 @@ def rank(
         )
     launch = max(0.0, b.launch_gap_ns - max(0.0, host_cost - b.sync_stall_ns) - cotenant_gap)
     kernels = max(1, b.kernels)
+    streams = busy_streams(records)
     out.add(
         "launch_bound",
         launch,
         0.5 + 0.5 * min(1.0, launch / w) if w else 0.0,
         f"GPU idle between the job's work {100 * b.launch_gap_ns / w:.1f}% of the window" if w else "",
         f"{b.kernels} kernels, {b.kernels_ns / kernels / 1e3:.1f} us each on average",
+        f"work on {streams} stream(s)" if streams else "",
+        levers=_launch_levers(streams),
     )
     out.add(
         "sync_stall",

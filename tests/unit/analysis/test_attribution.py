@@ -4,6 +4,7 @@ throttling, which cannot be induced on the H200, is planted in simulated telemet
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -37,7 +38,8 @@ def test_planted_cause_is_the_top_cause(case: dict[str, str]) -> None:
     else:
         assert above and above[0].name == case["cause"], [(c.name, round(c.share, 3)) for c in rep.causes]
         top = above[0]
-        assert top.evidence and 0 < top.confidence <= 1 and sorted(top.levers) == sorted(LEVERS[top.name])
+        assert top.evidence and 0 < top.confidence <= 1 and top.levers
+        assert set(top.levers) <= set(LEVERS[top.name])
     assert [c.cost_ns for c in rep.causes] == sorted((c.cost_ns for c in rep.causes), reverse=True)
     assert rep.history_windows == 1 and rep.residuals is not None and rep.residuals.from_history
 
@@ -52,6 +54,28 @@ def test_a_cache_handed_back_every_step_puts_keeping_it_first() -> None:
     assert "the cache is handed back" in " ".join(top.evidence)
     other = next(c for c in report(by["none"]).causes if c.name == "allocator")
     assert other.levers == LEVERS["allocator"]
+
+
+def test_more_hardware_queues_are_offered_only_for_work_on_more_streams_than_queues() -> None:
+    """launch_bound on one stream (the planted launch capture): more hardware queues cannot let any
+    work past other work, so the lever is not among its levers; the same window with its work spread
+    over more streams than the driver's default queues gets it."""
+    by = {c["cause"]: c for c in CASES}
+    case = by["launch_bound"]
+    one = next(c for c in report(case).causes if c.name == "launch_bound")
+    assert causes_mod.MORE_QUEUES not in one.levers and "work on 1 stream(s)" in one.evidence
+    assert set(one.levers) == set(LEVERS["launch_bound"]) - {causes_mod.MORE_QUEUES}
+    win = capture_file.loads(PLANTED / case["window"])
+    n = causes_mod.DEFAULT_CONNECTIONS + 4
+    procs = []
+    for p in win.processes:  # the same work, spread over n streams
+        k = p.records.kernels.copy()
+        k["stream_id"] = 100 + np.arange(len(k)) % n
+        procs.append(dataclasses.replace(p, records=dataclasses.replace(p.records, kernels=k)))
+    spread = dataclasses.replace(win, processes=procs)
+    hist = history_of([capture_file.loads(PLANTED / case["history"])])
+    many = next(c for c in window_report(spread, history=hist).causes if c.name == "launch_bound")
+    assert many.levers == LEVERS["launch_bound"] and f"work on {n} stream(s)" in many.evidence
 
 
 def test_context_of_the_planted_loads() -> None:
