@@ -142,7 +142,11 @@ def clock_quantum(p: Program, text: str) -> float | None:
     return float(f"{max(steps) / statistics.median(values):.3g}")
 
 
-def run_once(p: Program, argv_prefix: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
+def run_once(
+    p: Program, argv_prefix: list[str], log: Path, timeout_s: float, label: str = ""
+) -> dict[str, Any]:
+    """One run of the program, its outputs and clock read; its log appended to ``log`` under a
+    header naming it (``label``: what it ran with, e.g. an oracle's lever)."""
     t0 = time.monotonic()
     try:
         r = subprocess.run(
@@ -157,7 +161,7 @@ def run_once(p: Program, argv_prefix: list[str], log: Path, timeout_s: float) ->
     except subprocess.TimeoutExpired as e:
         code, out, err = None, str(e.stdout or ""), f"timed out after {timeout_s} s"
     with open(log, "a") as f:
-        head = f"=== {p.name} {' '.join(map(shlex.quote, argv_prefix[-3:]))} exit {code}"
+        head = f"=== {p.name} {label} {' '.join(map(shlex.quote, argv_prefix[-3:]))} exit {code}"
         f.write(f"{head}\n{out[-4000:]}\n{err[-4000:]}\n")
     return {
         "exit": code,

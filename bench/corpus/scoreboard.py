@@ -13,7 +13,11 @@ raw file. A figure that was not measured is null, never an estimate.
 
 - **oracle**: each launch lever of gitmd's catalog (`ListLevers`, its default setting, the
   environment it produces) against plain runs, `--oracle-pairs` AB/BA pairs each; the best lever
-  whose outputs held. `--oracle-levers none` skips it; `a,b` names the levers.
+  whose outputs held (bench/corpus/oracle.py). `--oracle-levers none` skips it; `a,b` names the
+  levers. No oracle pair starts once `--budget-s` is spent, and `<out>/oracle-<program>.json` is
+  rewritten after every lever, so a call killed mid-oracle keeps what it measured. An oracle too long
+  for one call is measured in parts: `--runs 0 --oracle-levers a,b` in one call, `c,d` in the next;
+  the summary merges them, each lever's newest.
 - **runs**: run i is a pair, plain and gitmd, in alternating order; its ratio is plain time over
   gitmd time by the program's clock (its log line, or the run's wall time where its clock is
   "wall"), >1 faster. Its cost is how much slower it was (0 when faster). The first run whose
@@ -47,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus.ceiling import ceiling  # noqa: E402
+from bench.corpus.oracle import oracle, ratio, seconds  # noqa: E402
 from bench.corpus.summary import interval  # noqa: E402
 from bench.crash_soak import (  # noqa: E402
     CONFIG,
@@ -66,83 +71,9 @@ POLICY_NOTE = "launching with its validated policy"
 # (<out>/windows-<program>.tgz): captures of programs nobody here wrote, for measuring the fingerprint's
 # recall and false matches on programs it was not tuned on (convergence issue, item 2)
 KEEP_WINDOWS = "[capture]\nkeep_windows = 1\n"
-SITE = {"GITM_SITE"}  # shared by every lever that acts through gitmd's sitecustomize: no overlap
 
 
 COARSE_CLOCK = 0.01  # a clock printed coarser than this share of its reading is said to be so
-
-
-def seconds(p: Program, r: dict[str, Any]) -> float | None:
-    """The run's time by the program's own clock: its step time, or its wall time for "wall"."""
-    if r.get("exit") != 0:
-        return None
-    if p.clock and p.clock != "wall":
-        return r.get("clock")
-    return float(r["wall_s"])
-
-
-def ratio(plain: float | None, treated: float | None) -> float | None:
-    return round(plain / treated, 4) if plain and treated else None
-
-
-def oracle(
-    p: Program, g: Gitmd, levers: list[str] | None, pairs: int, logs: Path, timeout_s: float, uses: set[str]
-) -> dict:
-    """Each launch lever against plain runs. A lever that acts through a library the program never
-    loads (the manifest's ``needs``: PyTorch's allocator settings on a CuPy program) changes nothing
-    in it by construction: it is listed as not applicable, not measured."""
-    if levers == []:
-        return {"measured": False, "levers": {}}
-    catalog = g.stub().ListLevers(pb.ListLeversRequest(), timeout=30).levers
-    launch = {lv.name: dict(lv.env) for lv in catalog if lv.launch and lv.env}
-    through = {lv.name: lv.acts_through for lv in catalog}
-    chosen = [n for n in (levers or sorted(launch)) if n in launch]
-    out: dict[str, Any] = {}
-    for name in [n for n in chosen if through[n] and through[n] not in uses]:
-        why = f"acts through {through[name]}, which it does not use"
-        out[name] = {"env": launch[name], "not_applicable": why}
-    chosen = [n for n in chosen if n not in out]
-    for name in chosen:
-        out[name] = measure_env(p, launch[name], pairs, logs, timeout_s)
-    held = [n for n in chosen if out[n]["outputs_held"] and (out[n]["speedup"] or 0) > 1]
-    held.sort(key=lambda n: out[n]["speedup"], reverse=True)
-    # the best pair: the two best levers that held, when their variables do not overlap
-    apart = [
-        (a, b) for i, a in enumerate(held) for b in held[i + 1 :] if set(launch[a]) & set(launch[b]) <= SITE
-    ]
-    pair = apart[0] if apart else None
-    if pair is not None:
-        out["+".join(pair)] = measure_env(p, {**launch[pair[0]], **launch[pair[1]]}, pairs, logs, timeout_s)
-    best = max(
-        (n for n, v in out.items() if v.get("outputs_held") and v.get("speedup") is not None),
-        key=lambda n: out[n]["speedup"],
-        default=None,
-    )
-    top = out[best]["speedup"] if best else None
-    if top is not None and top < 1:
-        best, top = "plain", 1.0  # no lever beat the program as it is: the best setting is none
-    return {"measured": True, "levers": out, "best": best, "best_speedup": top}
-
-
-def measure_env(p: Program, env: dict[str, str], pairs: int, logs: Path, timeout_s: float) -> dict[str, Any]:
-    """``env`` against plain runs, ``pairs`` AB/BA pairs: each pair's ratio (plain over treated by
-    the program's clock), their median, a 95% interval of the geometric mean (t over the log
-    ratios; null below 2 pairs), and whether every output held."""
-    treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
-    ratios: list[float | None] = []
-    held = True
-    for i in range(pairs):
-        order = ("plain", "lever") if i % 2 == 0 else ("lever", "plain")
-        got = {}
-        for arm in order:
-            log = logs / f"{p.name}-oracle.log"
-            got[arm] = run_once(p if arm == "plain" else treated, [], log, timeout_s)
-        a, b = got["plain"], got["lever"]
-        held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
-        ratios.append(ratio(seconds(p, a), seconds(treated, b)))
-    ok = [x for x in ratios if x is not None]
-    return {"env": env, "ratios": ratios, "speedup": round(statistics.median(ok), 4) if ok else None,
-            "interval": interval(ok), "outputs_held": held}  # fmt: skip
 
 
 def gitmd_runs(
@@ -354,7 +285,10 @@ def shared(
     try:
         for name in names:
             needs = set(ctx["meta"][name].get("needs", []))
-            orcs[name] = oracle(known[name], g, levers, a.oracle_pairs, logs, a.timeout_s, needs)
+            keep = a.out / f"oracle-{name}.json"
+            orcs[name] = oracle(
+                known[name], g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep
+            )
         for i in range(a.runs):
             for name in names:
                 if time.monotonic() > deadline:
@@ -386,8 +320,9 @@ def write_program(
     ctx: dict[str, Any],
     together: dict[str, Any] | None = None,
 ) -> None:
-    """The program's raw file (<out>/corpus-<program>.json) and its row of the printed table."""
-    if not runs:
+    """The program's raw file (<out>/corpus-<program>.json) and its row of the printed table; with
+    no run (``--runs 0``, or the budget spent in its oracle) the file holds its oracle alone."""
+    if not runs and not orc.get("measured"):
         return
     meta = ctx["meta"]
     s = summarise(runs)
@@ -406,7 +341,7 @@ def write_program(
     }
     if together is not None:  # --shared-library: the library was every program's of the call
         doc["shared_library"] = together
-    if "work" in meta[name]:  # a GEMM- or copy-bound program: its share of the GPU's ceiling
+    if "work" in meta[name] and runs:  # a GEMM- or copy-bound program: its share of the GPU's ceiling
         doc["ceiling"] = {
             **ceiling(
                 meta[name]["work"],
@@ -493,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         g = Gitmd(base / name, CONFIG.format(backend=a.backend) + KEEP_WINDOWS)
         g.start()
         try:
-            orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, set(meta[name].get("needs", [])))
+            needs = set(meta[name].get("needs", []))
+            keep = a.out / f"oracle-{name}.json"
+            orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep)
             runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s, deadline)
             attach_jobs(p, g, runs)
             learned = library_of(g)

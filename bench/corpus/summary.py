@@ -2,9 +2,11 @@
 """A corpus summary, built from every raw corpus file under bench/results
 (`corpus-<program>.json`, written by bench/corpus/scoreboard.py): per program its latest
 measurement (with its runs, and the spread between its neighbouring plain runs: the noise its costs
-are read against), and its latest measured oracle (`oracle_raw`: the file it came from, which may be an
-older one). Nothing is estimated: a figure no raw file holds is null. Programs of the manifest
-never measured are listed with `measured_at` null.
+are read against), and its oracle: every launch lever measured for it in any file (a raw file, an
+oracle-only one of `--runs 0`, or the `oracle-<program>.json` a call killed mid-oracle left), each
+lever's newest measurement, the best of them (`oracle_raw`: the files they came from). Nothing is
+estimated: a figure no raw file holds is null. Programs of the manifest never measured are listed
+with `measured_at` null.
 
     python3 bench/corpus/summary.py [--results bench/results] [--out FILE]
 
@@ -104,27 +106,70 @@ def commit_time(measured_at: dict[str, Any]) -> int:
     return int(got.stdout.strip()) if got.returncode == 0 and got.stdout.strip().isdigit() else 0
 
 
+def _oracle_levers(doc: dict[str, Any]) -> dict[str, Any]:
+    """A file's oracle levers that were measured (a ratio each), by name."""
+    levers = (doc.get("oracle") if "oracle" in doc else doc).get("levers") or {}
+    return {n: v for n, v in levers.items() if isinstance(v, dict) and v.get("ratios")}
+
+
+def merged_oracle(measured: list[tuple[tuple[str, int, str], str, dict[str, Any]]]) -> dict[str, Any]:
+    """One program's oracle from every file that measured part of it (``measured``: (when, raw file,
+    levers)), as a call too short for a whole oracle measures it in parts: each lever's newest
+    measurement, and the best of them whose outputs held ("plain" at 1.0 when none beat the program
+    as it is). ``raw``: the files those measurements came from."""
+    newest: dict[str, tuple[tuple[str, int, str], str, dict[str, Any]]] = {}
+    for when, raw, levers in measured:
+        for name, v in levers.items():
+            if name not in newest or when > newest[name][0]:
+                newest[name] = (when, raw, v)
+    held = {n: v for n, (_, _, v) in newest.items() if v.get("outputs_held") and v.get("speedup") is not None}
+    if not held:
+        return {"speedup": None, "best": None, "raw": [], "on": None, "levers": sorted(newest)}
+    best = max(held, key=lambda n: held[n]["speedup"])
+    top = held[best]["speedup"]
+    if top < 1:
+        best, top = "plain", 1.0
+    return {
+        "speedup": top,
+        "best": best,
+        "raw": sorted({raw for _, raw, _ in newest.values()}),
+        "on": max(when[0] for when, _, _ in newest.values()),
+        "levers": sorted(newest),
+    }
+
+
 def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     programs = tomllib.loads(manifest.read_text())["program"]
     split = manifest.parent / "split.toml"
     halves = tomllib.loads(split.read_text()).get("program", {}) if split.exists() else {}
     latest: dict[str, tuple[tuple[str, int, str], dict[str, Any], str]] = {}
-    # the latest measured oracle of each program (a later file may have skipped it: not measured there)
-    oracles: dict[str, tuple[tuple[str, int, str], float, str]] = {}
-    for f in sorted(results.rglob("corpus-*.json")):
+    # every oracle lever measured, per program: merged (merged_oracle), each lever's newest
+    oracles: dict[str, list[tuple[tuple[str, int, str], str, dict[str, Any]]]] = {}
+    files = sorted(results.rglob("corpus-*.json")) + sorted(results.rglob("oracle-*.json"))
+    for f in files:
         if f.name == LATEST:
             continue
         doc = json.loads(f.read_text())
-        if not isinstance(doc, dict) or "program" not in doc or "summary" not in doc:
+        partial = f.name.startswith("oracle-")  # written lever by lever while the oracle ran
+        if not isinstance(doc, dict) or "program" not in doc or ("summary" not in doc and not partial):
             continue  # not a scoreboard file (bench/corpus/verify.py's corpus-verify.json)
-        when = (doc["measured_at"]["date"], commit_time(doc["measured_at"]), str(f))
         raw = str(f.relative_to(results.parent))
+        if partial:
+            # the partial file has no date of its own: that of the call's raw file beside it, when
+            # the call got that far (it then holds the same levers), else its folder's
+            beside = f.with_name(f"corpus-{doc['program']}.json")
+            if beside.exists():
+                continue
+            when = (_folder_date(f), 0, str(f))
+        else:
+            when = (doc["measured_at"]["date"], commit_time(doc["measured_at"]), str(f))
+        levers = _oracle_levers(doc)
+        if levers:
+            oracles.setdefault(doc["program"], []).append((when, raw, levers))
+        if partial or not doc.get("runs"):
+            continue  # an oracle alone: the program's runs are another file's
         if doc["program"] not in latest or when > latest[doc["program"]][0]:
             latest[doc["program"]] = (when, doc, raw)
-        if doc["summary"].get("oracle_speedup") is not None:
-            old = oracles.get(doc["program"])
-            if old is None or when > old[0]:
-                oracles[doc["program"]] = (when, doc["summary"]["oracle_speedup"], raw)
     out = []
     for e in programs:
         name = e["name"]
@@ -153,12 +198,23 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
             row["measured_at"] = None
             row["raw"] = None
             row["runs"] = row["runs_asked"] = row["plain_spread"] = row["clock_quantum"] = None
-        row["oracle_raw"] = row["oracle_measured_on"] = None
-        if name in oracles:  # the newest oracle measured, from its own file
-            (date, _, _), row["oracle_speedup"], row["oracle_raw"] = oracles[name]
-            row["oracle_measured_on"] = date
+        # the oracle: every lever measured for it, each lever's newest (from the files it came from)
+        orc = merged_oracle(oracles.get(name, []))
+        row["oracle_speedup"] = orc["speedup"]
+        row["oracle_best"] = orc["best"]
+        row["oracle_levers"] = orc["levers"]
+        row["oracle_raw"] = orc["raw"] or None
+        row["oracle_measured_on"] = orc["on"]
         out.append(row)
     return out
+
+
+def _folder_date(f: Path) -> str:
+    """The date a results folder's name begins with (2026-12-05-...), "" when none."""
+    for part in reversed(f.parts):
+        if len(part) >= 10 and part[:4].isdigit() and part[4] == "-" and part[7] == "-":
+            return part[:10]
+    return ""
 
 
 def dated(results: Path) -> Path:

@@ -107,6 +107,8 @@ for part in "${PARTS[@]}"; do
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/crash-soak.md" | head -8 | tr '\n' ' ' || echo "failed")
       ;;
     corpus)  # the corpus scoreboard (bench/corpus/scoreboard.py): CORPUS_PROGRAMS=a,b, CORPUS_RUNS, CORPUS_ORACLE,
+      # (an oracle in parts: CORPUS_RUNS=0 CORPUS_ORACLE=a,b; a default oracle of a 17-s program took more
+      # than 570 s on the H200, 2026-12-05),
       # CORPUS_BUDGET_S (no program is started once it is spent), GITMD_COMMIT (the commit measured: the
       # GPU host's copy of the tree keeps the session's first commit in .git; pass `git rev-parse` from here),
       # CORPUS_SHARED=1 (one library for all of CORPUS_PROGRAMS, their runs interleaved: e.g. the six timm

@@ -129,3 +129,47 @@ def test_one_library_for_several_programs_interleaves_their_runs(short_tmp: Path
     ids = [{x["job"]["id"] for x in d["runs"]} for d in docs.values()]
     assert not ids[0] & ids[1]  # each program's runs joined to its own jobs
     assert (out / "logs" / "shared-gitmd.log").stat().st_size > 0
+
+
+def test_an_oracle_measured_in_parts_is_merged_by_the_summary(short_tmp: Path) -> None:
+    """A call too short for a whole oracle measures it in parts: `--runs 0` keeps a raw file with the
+    oracle alone (no run claimed), a later call measures another lever beside its runs, and the
+    summary takes every lever measured, each its newest, and the runs from the file that has them.
+    Each oracle run's log says which lever it ran with."""
+    manifest = toy_corpus(short_tmp)
+    base = [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy",
+            "--oracle-pairs", "1", "--manifest", str(manifest), "--src", str(short_tmp / "src"),
+            "--backend", "sim"]  # fmt: skip
+    first = short_tmp / "results" / "2026-12-05-corpus-a"
+    r = subprocess.run(
+        [*base, "--runs", "0", "--oracle-levers", "cuda_device_max_connections", "--out", str(first)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((first / "corpus-toy.json").read_text())
+    assert doc["runs"] == [] and doc["summary"]["worst_run_cost"] is None
+    assert doc["oracle"]["levers"]["cuda_device_max_connections"]["ratios"]
+    kept = json.loads((first / "oracle-toy.json").read_text())  # written as each lever was measured
+    assert kept["partial"] and set(kept["levers"]) == {"cuda_device_max_connections"}
+    log = (first / "logs" / "toy-oracle.log").read_text()
+    assert "=== toy [cuda_device_max_connections]" in log and "=== toy [plain]" in log
+    second = short_tmp / "results" / "2026-12-06-corpus-b"
+    r = subprocess.run(
+        [*base, "--runs", "1", "--oracle-levers", "cpu_threads", "--out", str(second)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    later = json.loads((second / "corpus-toy.json").read_text())
+    s = subprocess.run(
+        [sys.executable, str(ROOT / "bench/corpus/summary.py"), "--results", str(short_tmp / "results"),
+         "--manifest", str(manifest), "--out", str(short_tmp / "summary.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert s.returncode == 0, s.stderr
+    (row,) = json.loads((short_tmp / "summary.json").read_text())["programs"]
+    assert row["oracle_levers"] == ["cpu_threads", "cuda_device_max_connections"]
+    assert len(row["oracle_raw"]) == 2 and row["raw"].endswith("2026-12-06-corpus-b/corpus-toy.json")
+    assert row["runs"] == 1 and row["worst_run_cost"] == later["summary"]["worst_run_cost"]
+    levers = {**doc["oracle"]["levers"], **later["oracle"]["levers"]}
+    top = max(v["speedup"] for v in levers.values())
+    assert row["oracle_speedup"] == (top if top >= 1 else 1.0)

@@ -334,7 +334,7 @@ def test_the_summary_orders_one_days_files_by_the_commit_they_measured(tmp_path:
         return {
             "program": "timm-train-imagefolder-amp",
             "measured_at": {"date": "2026-12-04", "gitmd_commit": commit},
-            "runs": [],
+            "runs": [{"run": 1, "ratio": 1 / (1 + worst)}],
             "summary": {"worst_run_cost": worst},
         }
 
@@ -349,3 +349,50 @@ def test_the_summary_orders_one_days_files_by_the_commit_they_measured(tmp_path:
     assert row["worst_run_cost"] == 0.2 and "twentyfourth" in row["raw"]
     assert summary.commit_time({"gitmd_commit": "83113fb+uncommitted"}) > 0
     assert summary.commit_time({"gitmd_commit": "not-a-commit"}) == 0
+
+
+def test_a_killed_calls_oracle_so_far_is_merged_and_a_runless_file_claims_no_runs(tmp_path: Path) -> None:
+    """A call killed mid-oracle leaves only oracle-<program>.json (written lever by lever): its levers
+    count, dated by their folder; an oracle-only raw file (--runs 0) gives its oracle but not the
+    program's runs, which stay those of the newest file that has any."""
+    summary = _load("summary")
+    name = "timm-resnet18-train-fp32"
+    lever = {"env": {"X": "1"}, "ratios": [1.2, 1.1], "speedup": 1.15, "outputs_held": True}
+    older = {"env": {"Y": "1"}, "ratios": [0.9], "speedup": 0.9, "outputs_held": True}
+    newer = {"env": {"Y": "1"}, "ratios": [1.3, 1.25], "speedup": 1.275, "outputs_held": True}
+    changed = {"env": {"Z": "1"}, "ratios": [3.0], "speedup": 3.0, "outputs_held": False}
+    unrun = {"env": {}, "not_measured": "budget spent"}
+    files = {
+        "2026-12-03-a/corpus": {
+            "program": name, "measured_at": {"date": "2026-12-03", "gitmd_commit": ""},
+            "oracle": {"measured": True, "levers": {"y": older}}, "runs": [{"run": 1, "ratio": 0.9}],
+            "summary": {"worst_run_cost": 0.11},
+        },
+        "2026-12-05-b/oracle": {"program": name, "partial": True, "levers": {"x": lever, "z": changed}},
+        "2026-12-06-c/corpus": {
+            "program": name, "measured_at": {"date": "2026-12-06", "gitmd_commit": ""},
+            "oracle": {"measured": True, "levers": {"y": newer, "w": unrun}},
+            "runs": [], "summary": {"worst_run_cost": None},
+        },
+    }  # fmt: skip
+    for where, doc in files.items():
+        folder, kind = where.split("/")
+        (tmp_path / "results" / folder).mkdir(parents=True)
+        (tmp_path / "results" / folder / f"{kind}-{name}.json").write_text(json.dumps(doc))
+    rows = summary.build(tmp_path / "results", summary.CORPUS / "manifest.toml")
+    (row,) = [r for r in rows if r["name"] == name]
+    assert row["oracle_levers"] == ["x", "y", "z"]  # measured ones; "w" never was
+    assert row["oracle_best"] == "y" and row["oracle_speedup"] == 1.275  # z changed outputs
+    assert row["oracle_measured_on"] == "2026-12-06" and len(row["oracle_raw"]) == 2
+    assert "2026-12-03-a" in row["raw"] and row["worst_run_cost"] == 0.11 and row["runs"] == 1
+
+
+def test_the_oracle_starts_no_pair_once_its_budget_is_spent(tmp_path: Path) -> None:
+    sys.path.insert(0, str(CORPUS.parents[1]))
+    from bench.corpus.oracle import measure_env
+    from bench.crash_soak import Program
+
+    p = Program("toy", ["/bin/false"], tmp_path)
+    got = measure_env(p, {"X": "1"}, 3, tmp_path, 10.0, deadline=0.0, label="x")
+    assert got == {"env": {"X": "1"}, "not_measured": "budget spent after 0 of 3 pairs"}
+    assert not (tmp_path / "toy-oracle.log").exists()  # nothing ran

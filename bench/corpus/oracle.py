@@ -1,0 +1,136 @@
+"""The corpus's oracle (issue 26, item 3): each launch lever of gitmd's catalog against plain runs
+of the program, without gitmd in the runs, in AB/BA pairs judged by the program's own clock; the
+best lever whose outputs held, and the best pair of them. bench/corpus/scoreboard.py runs it before
+gitmd's runs; a call too short for a whole oracle measures it in parts (`--oracle-levers a,b`,
+`--runs 0`), and bench/corpus/summary.py merges the parts, each lever's newest."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.corpus.summary import interval
+from bench.crash_soak import Program, run_once
+from bench.harness import Gitmd
+from gitmd.api.pb import pb
+
+SITE = {"GITM_SITE"}  # shared by every lever that acts through gitmd's sitecustomize: no overlap
+
+
+def seconds(p: Program, r: dict[str, Any]) -> float | None:
+    """The run's time by the program's own clock: its step time, or its wall time for "wall"."""
+    if r.get("exit") != 0:
+        return None
+    if p.clock and p.clock != "wall":
+        return r.get("clock")
+    return float(r["wall_s"])
+
+
+def ratio(plain: float | None, treated: float | None) -> float | None:
+    return round(plain / treated, 4) if plain and treated else None
+
+
+def oracle(
+    p: Program,
+    g: Gitmd,
+    levers: list[str] | None,
+    pairs: int,
+    logs: Path,
+    timeout_s: float,
+    uses: set[str],
+    deadline: float = float("inf"),
+    keep: Path | None = None,
+) -> dict:
+    """Each launch lever against plain runs. A lever that acts through a library the program never
+    loads (the manifest's ``needs``: PyTorch's allocator settings on a CuPy program) changes nothing
+    in it by construction: it is listed as not applicable, not measured. No pair starts after
+    ``deadline``: a lever it stops keeps the pairs it had (``stopped``), one never started is "not
+    measured". ``keep``: the oracle so far is written there after every lever (a call killed
+    mid-oracle keeps what it measured: H200 2026-12-05, 32 runs of an oracle lost to a call's limit)."""
+    if levers == []:
+        return {"measured": False, "levers": {}}
+    catalog = g.stub().ListLevers(pb.ListLeversRequest(), timeout=30).levers
+    launch = {lv.name: dict(lv.env) for lv in catalog if lv.launch and lv.env}
+    through = {lv.name: lv.acts_through for lv in catalog}
+    chosen = [n for n in (levers or sorted(launch)) if n in launch]
+    out: dict[str, Any] = {}
+    for name in [n for n in chosen if through[n] and through[n] not in uses]:
+        why = f"acts through {through[name]}, which it does not use"
+        out[name] = {"env": launch[name], "not_applicable": why}
+    chosen = [n for n in chosen if n not in out]
+
+    def measure(name: str, env: dict[str, str]) -> None:
+        if time.monotonic() > deadline:
+            out[name] = {"env": env, "not_measured": "budget spent"}
+        else:
+            out[name] = measure_env(p, env, pairs, logs, timeout_s, deadline, label=name)
+        if keep is not None:
+            keep.write_text(json.dumps({"program": p.name, "partial": True, **best_of(out)}, indent=1))
+
+    for name in chosen:
+        measure(name, launch[name])
+    held = [n for n in chosen if out[n].get("outputs_held") and (out[n].get("speedup") or 0) > 1]
+    held.sort(key=lambda n: out[n]["speedup"], reverse=True)
+    # the best pair: the two best levers that held, when their variables do not overlap
+    apart = [
+        (a, b) for i, a in enumerate(held) for b in held[i + 1 :] if set(launch[a]) & set(launch[b]) <= SITE
+    ]
+    if apart:
+        measure("+".join(apart[0]), {**launch[apart[0][0]], **launch[apart[0][1]]})
+    return best_of(out)
+
+
+def best_of(out: dict[str, Any]) -> dict[str, Any]:
+    """The oracle of the levers measured so far: the best whose outputs held ("plain" at 1.0 when
+    none beat the program as it is; null when none was measured)."""
+    best = max(
+        (n for n, v in out.items() if v.get("outputs_held") and v.get("speedup") is not None),
+        key=lambda n: out[n]["speedup"],
+        default=None,
+    )
+    top = out[best]["speedup"] if best else None
+    if top is not None and top < 1:
+        best, top = "plain", 1.0  # no lever beat the program as it is: the best setting is none
+    return {"measured": True, "levers": out, "best": best, "best_speedup": top}
+
+
+def measure_env(
+    p: Program,
+    env: dict[str, str],
+    pairs: int,
+    logs: Path,
+    timeout_s: float,
+    deadline: float = float("inf"),
+    label: str = "lever",
+) -> dict[str, Any]:
+    """``env`` against plain runs, ``pairs`` AB/BA pairs (none started after ``deadline``): each
+    pair's ratio (plain over treated by the program's clock), their median, a 95% interval of the
+    geometric mean (t over the log ratios; null below 2 pairs), and whether every output held."""
+    treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
+    ratios: list[float | None] = []
+    held = True
+    stopped = ""
+    for i in range(pairs):
+        if time.monotonic() > deadline:
+            stopped = f"budget spent after {i} of {pairs} pairs"
+            break
+        order = ("plain", "lever") if i % 2 == 0 else ("lever", "plain")
+        got = {}
+        for arm in order:
+            log = logs / f"{p.name}-oracle.log"
+            name = "plain" if arm == "plain" else label
+            got[arm] = run_once(p if arm == "plain" else treated, [], log, timeout_s, label=f"[{name}]")
+        a, b = got["plain"], got["lever"]
+        held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
+        ratios.append(ratio(seconds(p, a), seconds(treated, b)))
+    ok = [x for x in ratios if x is not None]
+    if not ratios:
+        return {"env": env, "not_measured": stopped}
+    got_ = {"env": env, "ratios": ratios, "speedup": round(statistics.median(ok), 4) if ok else None,
+            "interval": interval(ok), "outputs_held": held}  # fmt: skip
+    if stopped:
+        got_["stopped"] = stopped
+    return got_
