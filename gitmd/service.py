@@ -29,6 +29,7 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.registry import JobRegistry, Registration
 from gitmd.levers.base import LeverError
 from gitmd.levers.host import CpuLoad
+from gitmd.levers.launch_env import SiteReport
 from gitmd.loop import Deps, Loop
 from gitmd.loop.exits import EXPIRE_UNSTARTED_S, REAP_AFTER_S
 from gitmd.loop.known import LIVE_POLICY_TICKS
@@ -226,8 +227,9 @@ class Service:
         exit_code: int,
         metrics: dict[str, list[float]] | None = None,
         wall_s: float | None = None,
+        site: SiteReport | None = None,
     ) -> JobView:
-        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s)
+        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s, site)
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         return self.loop.exits.reap(now_ns)

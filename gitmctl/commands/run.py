@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
-from gitmctl.launch import is_number, job_environment
+from gitmctl.launch import is_number, job_environment, read_site_report, site_report_file
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -164,12 +164,15 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         scan = [re.compile(metric)] if metric and client is not None else []
     except re.error:
         scan = []  # gitmd checked it; never stop the job over it
+    report = site_report_file(env) if client is not None else ""
     started = time.monotonic()
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
     except OSError as e:
         print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
         code = 127 if isinstance(e, FileNotFoundError) else 126
+        if report:
+            read_site_report(report)  # removed
         _report(client, job_id, code, args.verbose)
         return code
 
@@ -197,7 +200,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     status = child.wait()
     wall_s = time.monotonic() - started  # the run's length where gitmd gave it no shim (its only clock)
     metrics = [pb.StdoutMetric(regex=metric, values=found)] if scan else []
-    _report(client, job_id, status, args.verbose, metrics, wall_s)
+    site = None
+    if report:
+        loaded, acted = read_site_report(report)
+        site = pb.SiteReport(loaded=loaded, acted=acted)
+    _report(client, job_id, status, args.verbose, metrics, wall_s, site)
     return 128 - status if status < 0 else status
 
 
@@ -220,14 +227,15 @@ def _report(
     verbose: bool,
     metrics: list[Any] | None = None,
     wall_s: float = 0.0,
+    site: Any = None,
 ) -> None:
     if client is None or not job_id:
         return
     try:
-        client.call(
-            client.stub.ReportJobExit,
-            pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s),
-        )
+        req = pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s)
+        if site is not None:
+            req.site.CopyFrom(site)
+        client.call(client.stub.ReportJobExit, req)
     except ClientError as e:
         if verbose:
             _note(f"could not report the exit to gitmd: {e}")

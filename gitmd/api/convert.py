@@ -17,6 +17,7 @@ from gitmd.experiments.runs import LaunchTrial
 from gitmd.jobs.discovery import UntrackedProcess
 from gitmd.jobs.launch import LaunchPlan
 from gitmd.levers.describe import LeverInfo
+from gitmd.levers.launch_env import SiteReport
 from gitmd.service import JobView, Status
 from gitmd.store.audit import AuditEntry
 from gitmd.store.library import Policy, Workload
@@ -227,6 +228,15 @@ def fleet_policy_to_pb(r: dict[str, Any]) -> Any:
         if o["speedup"] is not None:
             out.speedup = o["speedup"]
     return msg
+
+
+def site_report(request: Any) -> SiteReport:
+    """A ReportJobExitRequest's site report, checked (a launcher's word on its own job: bounded)."""
+    acted = tuple(request.site.acted)
+    try:
+        return SiteReport(bool(request.site.loaded), acted)
+    except ValueError as e:
+        raise InvalidArgumentError(f"site: {e} (got {len(acted)})") from None
 
 
 def trial_to_pb(t: LaunchTrial) -> Any:

@@ -236,7 +236,8 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         metrics = {m.regex[:1000]: [float(v) for v in m.values] for m in request.metrics}
         if not (0 <= request.wall_s <= MAX_WALL_S):  # NaN fails this too
             raise InvalidArgumentError(f"wall_s must be 0..{MAX_WALL_S:.0f} seconds")
-        view = self.svc.report_exit(job.id, request.exit_code, metrics, request.wall_s or None)
+        site = convert.site_report(request) if request.HasField("site") else None
+        view = self.svc.report_exit(job.id, request.exit_code, metrics, request.wall_s or None, site)
         self.gate.record(
             caller, "ReportJobExit", "ok", job.id, f"exit {request.exit_code}", job.scheduler_job_id
         )

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitmd.jobs.launch_key import command_digest
-from gitmd.levers.launch_env import EnvLever
+from gitmd.levers.launch_env import EnvLever, SiteReport
 from gitmd.levers.registry import make
 from gitmd.store.db import Store
 
@@ -323,10 +323,12 @@ class LaunchTrials:
         metrics: dict[str, list[float]],
         crashed: str = "",
         clock: str = "run_s",
+        site: SiteReport | None = None,
     ) -> LaunchTrial | None:
-        """Record a run's end: its length on ``clock`` (METRICS; None: unknown), its outputs, and
-        ``crashed`` (why it is no evidence) when it died by a signal. The trial as it is now (None:
-        not found or no longer running)."""
+        """Record a run's end: its length on ``clock`` (METRICS; None: unknown), its outputs,
+        ``crashed`` (why it is no evidence) when it died by a signal, and what gitmd's sitecustomize
+        did in it (``site``, when the launcher read it). The trial as it is now (None: not found or
+        no longer running)."""
         if clock not in METRICS:
             raise ValueError(f"unknown clock {clock!r}")
         with self.store.transaction() as db:
@@ -347,6 +349,8 @@ class LaunchTrials:
                     )
                     if crashed:
                         r["crashed"] = crashed
+                    if site is not None:
+                        r["site"] = {"loaded": site.loaded, "acted": list(site.acted)}
             db.conn.execute(
                 "UPDATE launch_trials SET runs = ?, updated_ns = ? WHERE id = ?",
                 (json.dumps(t.runs), time.time_ns(), t.id),

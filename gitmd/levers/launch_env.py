@@ -7,7 +7,9 @@ environment back from /proc (when it runs); ``revert`` restores the plan to what
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +23,40 @@ KNOB_PREFIX = "GITMD_"
 # framework calls those levers switch, and each call asks the shim in the process for its flag.
 LIVE_FLAGS_VAR = "GITMD_LIVE_FLAGS"
 LIVE_FLAG_LEVERS = ("alloc_keep_cache_live",)
+
+
+MAX_ACTED = 16
+KNOB_NAME = re.compile(r"^GITMD_[A-Z0-9_]{1,58}$")
+
+
+@dataclass(frozen=True)
+class SiteReport:
+    """What gitmd's sitecustomize said it did in a run's processes (through the launcher's
+    GITMD_SITE_REPORT file): ``loaded`` with a knob asked, and the knobs whose variable changed
+    something (``acted``)."""
+
+    loaded: bool
+    acted: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.acted) > MAX_ACTED or not all(KNOB_NAME.match(x) for x in self.acted):
+            raise ValueError(f"at most {MAX_ACTED} acted knobs, each a GITMD_* variable name")
+
+
+def untouched(values: Mapping[str, str], site: SiteReport | None) -> str:
+    """Why a run with these launch ``values`` was not changed by them ("" : it may have been): every
+    variable is a knob of gitmd's sitecustomize (nothing else reads them), the site loaded in the run,
+    and none of them changed anything there. Unknown (no report, the site not loaded, a variable a
+    library reads) is never "untouched"."""
+    knobs = [k for k in values if k != "GITM_SITE"]
+    if site is None or not site.loaded or not knobs or not all(k.startswith(KNOB_PREFIX) for k in knobs):
+        return ""
+    if set(knobs) & set(site.acted):
+        return ""
+    return (
+        f"gitmd's sitecustomize loaded in the run and {', '.join(sorted(knobs))} changed nothing there "
+        "(the program never reached what it changes)"
+    )
 
 
 def with_site(env: Mapping[str, str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gitmd.jobs.liveness import start_ticks
 from gitmd.jobs.registry import Job
+from gitmd.levers.launch_env import SiteReport
 from gitmd.loop.attribute import Attribute
 from gitmd.loop.cost import run_cost
 from gitmd.loop.deps import Deps
@@ -87,9 +88,11 @@ class Exits:
         exit_code: int,
         metrics: dict[str, list[float]] | None = None,
         wall_s: float | None = None,
+        site: SiteReport | None = None,
     ) -> JobView:
         """The launcher (or the scheduler) reports the job's end; ``wall_s``: the command from exec
-        to exit as the launcher timed it (None: not known)."""
+        to exit as the launcher timed it (None: not known); ``site``: what gitmd's sitecustomize
+        did in its processes, as the launcher read it (None: not asked)."""
         d = self.d
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
@@ -102,7 +105,7 @@ class Exits:
         length, clock = (wall_s, "wall_s") if shimless else (run_s, "run_s")
         trial_id = st.trial_id if st is not None else None  # run_ended lets go of it
         try:
-            self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock)
+            self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock, site)
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)

@@ -28,6 +28,7 @@ from gitmd.jobs.launch import LaunchPlan
 from gitmd.jobs.launch_key import command_digest
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Lever
+from gitmd.levers.launch_env import SiteReport, untouched
 from gitmd.levers.registry import PolicyEnv
 from gitmd.loop.cost import exploration_left
 from gitmd.loop.deps import Deps
@@ -290,19 +291,30 @@ class Trials:
         run_s: float | None,
         crash: str,
         clock: str = "run_s",
+        site: SiteReport | None = None,
     ) -> None:
         """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow.
         ``run_s``: its length on ``clock`` ("run_s": the shim's, CUDA's start to the last exit;
-        "wall_s": its launcher's, exec to exit, for a run that went without the shim)."""
+        "wall_s": its launcher's, exec to exit, for a run that went without the shim). ``site``: what
+        gitmd's sitecustomize did in it; a B arm its lever changed nothing in ends the trial: the
+        lever cannot act in this program, and every further run of it would be spent for nothing."""
         d = self.d
         st = d.states.get(job_id)
         tid = st.trial_id if st is not None else None
         if st is None or tid is None:
             return
         st.trial_id = None
-        t = d.launch_trials.finish_run(job_id, tid, run_s, exit_code, metrics, crashed=crash, clock=clock)
+        t = d.launch_trials.finish_run(
+            job_id, tid, run_s, exit_code, metrics, crashed=crash, clock=clock, site=site
+        )
         if t is None:
             return
+        arm = next((r["arm"] for r in t.runs if r["job_id"] == job_id), "")
+        if arm == "B" and not crash:
+            why = untouched(t.lever_obj().values(), site)
+            if why:
+                self._abandon(t, f"not applicable: in its run {job_id}, {why}")
+                return
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
         if t.spoiled() >= MAX_SPOILED:

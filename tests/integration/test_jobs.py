@@ -345,6 +345,11 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
         stub.ReportJobExit(pb.ReportJobExitRequest(job_id=job["id"], exit_code=0, wall_s=-1.0), timeout=10)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "wall_s" in str(bad.value.details())
     assert ctl_json(daemon.socket, "jobs", "--all")["jobs"][0]["wall_s"] == job["wall_s"]
+    # a site report naming what no knob of gitmd's is: refused, nothing recorded
+    site = pb.SiteReport(loaded=True, acted=["LD_PRELOAD"])
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.ReportJobExit(pb.ReportJobExitRequest(job_id=job["id"], exit_code=0, site=site), timeout=10)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "site" in str(bad.value.details())
     kinds = [c["kind"] for c in job["contract"]["checks"]]
     assert kinds == ["stdout_metric", "output_file", "exit_status"]
     assert job["contract"]["checks"][1]["path"] == str(short_tmp / "out.bin") and job["user"]

@@ -15,11 +15,35 @@ imports it, through an import hook), every failure is swallowed, and the job's o
                                    loaded by the driver; never loaded from here) for the flag the
                                    daemon set (gitm_shim.h: GITM_KNOB_FLAG); no shim, no flag
 
+With GITMD_SITE_REPORT naming a file (`gitmctl run` makes one for a plan that holds a knob, and
+reads it when the job exits), each process appends "site" once this file has loaded with a knob
+asked, and a knob's variable once that knob changed something in it (a DataLoader built without the
+job's own choice, a cache kept, cuDNN's autotuner switched on): a launch trial's run that loaded the
+site and changed nothing shows that its lever cannot act in that program.
+
 Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
 """
 
 import os
 import sys
+
+_said = set()
+
+
+def _report(what):
+    """Append ``what`` to the launcher's report file, once per process (never fails the job)."""
+    path = os.environ.get("GITMD_SITE_REPORT", "")
+    if not path or what in _said:
+        return
+    _said.add(what)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            os.write(fd, (what + "\n").encode())
+        finally:
+            os.close(fd)
+    except Exception:
+        pass
 
 
 def _chain():
@@ -54,8 +78,10 @@ def _pin_dataloader(torch_module):
         def __init__(self, *args, **kwargs):
             if pin and "pin_memory" not in kwargs and len(args) < 8:
                 kwargs["pin_memory"] = bool(torch_module.cuda.is_available())
+                _report("GITMD_DATALOADER_PIN_MEMORY")
             if workers.isdigit() and "num_workers" not in kwargs and len(args) < 6:
                 kwargs["num_workers"] = int(workers)
+                _report("GITMD_DATALOADER_WORKERS")
             original(self, *args, **kwargs)
 
         __init__.__wrapped__ = original
@@ -125,6 +151,7 @@ def _keep_cache(torch_module):
             next allocations."""
             if not fixed and not live.get(FLAG_KEEP_CACHE):
                 return original()
+            _report("GITMD_KEEP_CACHE")
 
         empty_cache.__wrapped__ = original
         cuda.empty_cache = empty_cache
@@ -138,6 +165,7 @@ def _adjust(torch_module):
     try:
         if os.environ.get("GITMD_CUDNN_BENCHMARK") == "1":
             torch_module.backends.cudnn.benchmark = True
+            _report("GITMD_CUDNN_BENCHMARK")
     except Exception:
         pass
     _pin_dataloader(torch_module)
@@ -181,6 +209,7 @@ def _install():
     wanted = [k for k in knobs if os.environ.get(k)]
     if not wanted:
         return
+    _report("site")
     if "torch" in sys.modules:
         _adjust(sys.modules["torch"])
     else:

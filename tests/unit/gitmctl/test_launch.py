@@ -35,3 +35,28 @@ def test_the_same_environment_as_the_daemons_own_launcher() -> None:
 def test_numbers() -> None:
     assert is_number("1.5") and is_number("-2e-3") and is_number("nan") and is_number(" 7 ")
     assert not is_number("") and not is_number("1.2.3") and not is_number("x")
+
+
+def test_the_site_report_file_is_made_only_for_a_plan_with_the_site_and_read_back_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A plan holding a framework knob (GITM_SITE) gets a private file named in GITMD_SITE_REPORT;
+    reading it back gives whether the site loaded and the knobs that acted (plain GITMD_* names
+    only, each once, at most 16), and removes it."""
+    import os
+    import stat
+
+    from gitmctl.launch import SITE_REPORT_VAR, read_site_report, site_report_file
+
+    env = {"OMP_NUM_THREADS": "4"}
+    assert site_report_file(env) == "" and SITE_REPORT_VAR not in env
+    env = {"GITM_SITE": "/usr/lib/gitmd/site", "GITMD_DATALOADER_WORKERS": "4"}
+    path = site_report_file(env)
+    assert path and env[SITE_REPORT_VAR] == path and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with open(path, "a") as f:  # as the job's processes append: two of them, and noise
+        f.write("site\nGITMD_DATALOADER_WORKERS\nsite\nGITMD_DATALOADER_WORKERS\nPATH\nGITMD_x;rm\n")
+    assert read_site_report(path) == (True, ["GITMD_DATALOADER_WORKERS"])
+    assert not os.path.exists(path)
+    assert read_site_report(path) == (False, [])  # gone (or never written): nothing known
+    many = tmp_path / "many.txt"
+    many.write_text("".join(f"GITMD_K{i}\n" for i in range(40)))
+    loaded, acted = read_site_report(str(many))
+    assert not loaded and len(acted) == 16

@@ -91,6 +91,47 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
     assert r.returncode == 0 and r.stdout.strip() == "1" and r.stderr == ""
 
 
+def test_the_site_reports_what_it_changed_to_the_launchers_file(tmp_path: Path) -> None:
+    """GITMD_SITE_REPORT (the file `gitmctl run` makes): "site" once it loads with a knob asked, and a
+    knob's variable once that knob changed something. A job that builds no DataLoader and never
+    empties the cache reports the site alone; the job's own choices are no change either."""
+    pkg = tmp_path / "fw" / "torch"
+    (pkg / "utils" / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "class cuda:\n    emptied = 0\n    @staticmethod\n    def is_available(): return True\n"
+        "    @staticmethod\n    def empty_cache(): cuda.emptied += 1\n"
+    )
+    (pkg / "utils" / "__init__.py").write_text("")
+    (pkg / "utils" / "data" / "__init__.py").write_text(
+        "class DataLoader:\n    def __init__(self, dataset, num_workers=0, pin_memory=False):\n"
+        "        self.num_workers = num_workers\n"
+    )
+    knobs = {"GITMD_DATALOADER_WORKERS": "4", "GITMD_KEEP_CACHE": "1"}
+
+    def report(code: str) -> list[str]:
+        path = tmp_path / "report.txt"
+        path.write_text("")
+        env = {"PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}", "GITMD_SITE_REPORT": str(path), **knobs}
+        r = py(code, env, tmp_path)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        return path.read_text().splitlines()
+
+    assert report("import torch") == ["site"]  # loaded, nothing reached
+    assert report("import torch.utils.data as d; d.DataLoader([], num_workers=2)") == ["site"]  # its choice
+    got = report(
+        "import torch, torch.utils.data as d\nfor _ in range(3): d.DataLoader([]); torch.cuda.empty_cache()"
+    )
+    assert got == ["site", "GITMD_DATALOADER_WORKERS", "GITMD_KEEP_CACHE"]  # once each
+    # a report file that cannot be written changes nothing in the job
+    env = {
+        "PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}",
+        "GITMD_SITE_REPORT": str(tmp_path / "no/such"),
+        **knobs,
+    }
+    r = py("import torch.utils.data as d; print(d.DataLoader([]).num_workers)", env, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "4" and r.stderr == ""
+
+
 def test_the_free_guard_goes_first_on_ld_preload() -> None:
     plan = {"GITM_GUARD": "/usr/lib/gitmd/libgitm_guard.so"}
     assert job_environment({}, plan)["LD_PRELOAD"] == "/usr/lib/gitmd/libgitm_guard.so"
@@ -146,3 +187,20 @@ def test_live_flags_switch_the_hook_while_the_job_runs(tmp_path: Path) -> None:
         "import torch\nfor _ in range(3): torch.cuda.empty_cache()\nprint(torch.cuda.emptied)", gone, tmp_path
     )
     assert r.returncode == 0 and r.stdout.strip() == "3" and r.stderr == ""
+
+
+def test_a_run_is_untouched_only_when_every_variable_is_a_site_knob_that_did_nothing() -> None:
+    from gitmd.levers.launch_env import SiteReport, untouched
+
+    knob = {"GITMD_DATALOADER_WORKERS": "4", "GITM_SITE": str(SITE_DIR)}
+    assert "GITMD_DATALOADER_WORKERS changed nothing" in untouched(knob, SiteReport(True, ()))
+    assert untouched(knob, SiteReport(True, ("GITMD_DATALOADER_WORKERS",))) == ""  # it acted
+    assert untouched(knob, SiteReport(False, ())) == ""  # the site never loaded: unknown
+    assert untouched(knob, None) == ""  # no report: unknown
+    # a variable a library reads (PyTorch, the driver) may act with no word from the site
+    assert untouched({**knob, "OMP_NUM_THREADS": "4"}, SiteReport(True, ())) == ""
+    assert untouched({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, SiteReport(True, ())) == ""
+    with pytest.raises(ValueError):
+        SiteReport(True, ("PATH",))
+    with pytest.raises(ValueError):
+        SiteReport(True, tuple(f"GITMD_K{i}" for i in range(17)))

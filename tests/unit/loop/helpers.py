@@ -18,6 +18,7 @@ from gitmd.config import CaptureConfig, Config, SimConfig
 from gitmd.experiments.equivalence import Contract
 from gitmd.jobs.liveness import ProcessWatcher
 from gitmd.jobs.registry import JobRegistry, Registration
+from gitmd.levers.launch_env import SiteReport
 from gitmd.loop.state import LivePending
 from gitmd.service import Service
 from gitmd.store.db import Store
@@ -113,17 +114,18 @@ def run_train(
     loss: float,
     exit_code: int = 0,
     args: tuple[str, ...] = (),
+    site: SiteReport | None = None,
 ) -> tuple[str, str, dict[str, str]]:
     """A run of the recurring "train" program (``args``: its command line's arguments), from
-    registration to its reported exit: its id, its launch trial's arm ("-": none) and its
-    environment."""
+    registration to its reported exit (``site``: what gitmd's sitecustomize did in it, as its
+    launcher reports): its id, its launch trial's arm ("-": none) and its environment."""
     assert isinstance(contract, Contract)
     command = ("python", "train.py", *args)
     reg = Registration("train", command, "/srv", os.getuid(), os.getgid(), launch_key="train")
     view, plan = svc.register_job(replace_reg(reg, contract=contract))
     # the run's length by its own clock, as its rings and their exits give it (a GPU job's; none here)
     svc.loop.exits.run_s = lambda job_id: run_s  # type: ignore[method-assign]
-    svc.report_exit(view.job.id, exit_code, {r"loss=(\S+)": [loss]})
+    svc.report_exit(view.job.id, exit_code, {r"loss=(\S+)": [loss]}, None, site)
     arm = plan.trial.split("arm ")[1][0] if plan.trial else "-"
     return view.job.id, arm, plan.env
 

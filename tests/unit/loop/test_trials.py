@@ -10,6 +10,7 @@ from pathlib import Path
 from gitmd.experiments.equivalence import Check, Contract
 from gitmd.jobs.launch import SHIM_ENV
 from gitmd.jobs.registry import Registration
+from gitmd.levers.launch_env import SiteReport
 from gitmd.levers.registry import make
 from tests.unit.loop.helpers import make_service, recurring, run_train, set_config
 
@@ -439,3 +440,44 @@ def test_a_recurring_line_whose_runs_overlap_opens_pairs(tmp_path: Path) -> None
         _, plan = svc.register_job(reg)
         arms.append(plan.trial.split("arm ")[1][0] if plan.trial else "-")
     assert arms == ["A", "B", "B"], arms
+
+
+def test_a_b_arm_its_site_knob_changed_nothing_in_ends_the_trial_as_not_applicable(tmp_path: Path) -> None:
+    """More DataLoader workers for a program that builds no DataLoader: gitmd's sitecustomize loaded
+    in the B arm and its knob changed nothing (the launcher's report). The lever cannot act in this
+    program, so the trial ends after that one run instead of spending its rounds on a no-op; the
+    workload is not offered the lever again. A report that the knob acted, or no report, leaves the
+    trial to its pairs."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"),))
+    run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
+    assert svc.trials.plan(wid, make("dataloader_workers"), "launch_bound", 0.5) is not None
+    acted = SiteReport(True, ("GITMD_DATALOADER_WORKERS",))
+    _, arm, _ = run_train(svc, contract, 10.0, 1.0, site=None)
+    assert arm == "A"
+    _, arm, env = run_train(svc, contract, 9.9, 1.0, site=acted)  # it acted: the trial goes on
+    assert arm == "B" and env["GITMD_DATALOADER_WORKERS"] == "4" and env["GITM_SITE"]
+    _, arm, _ = run_train(svc, contract, 10.1, 1.0, site=None)  # no report: unknown, goes on
+    assert arm == "B" and svc.trials.of_workload(wid)[0].state == "running"
+    (t,) = svc.trials.of_workload(wid)
+    assert [r.get("site") for r in t.runs] == [
+        None,
+        {"loaded": True, "acted": ["GITMD_DATALOADER_WORKERS"]},
+        None,
+    ]
+    # another workload's trial of the same lever, in a program its knob never reaches
+    (tmp_path / "b").mkdir()
+    svc2 = make_service(tmp_path / "b")
+    wid2 = recurring(svc2, "train")
+    run_train(svc2, contract, 10.0, 1.0)
+    assert svc2.trials.plan(wid2, make("dataloader_workers"), "launch_bound", 0.5) is not None
+    run_train(svc2, contract, 10.0, 1.0)  # A
+    job, arm, _ = run_train(svc2, contract, 10.0, 1.0, site=SiteReport(True, ()))
+    (t2,) = svc2.trials.of_workload(wid2)
+    assert arm == "B" and t2.state == "abandoned", t2
+    assert t2.decision["reason"].startswith(f"not applicable: in its run {job}, gitmd's sitecustomize loaded")
+    assert "GITMD_DATALOADER_WORKERS changed nothing" in t2.decision["reason"]
+    assert svc2.workload(wid2).policies == ()
+    _, arm, env = run_train(svc2, contract, 10.0, 1.0, site=SiteReport(True, ()))
+    assert arm == "-" and "GITMD_DATALOADER_WORKERS" not in env  # the next run goes as it is
