@@ -39,13 +39,20 @@ def decide_trial(
     min_gain: float,
     early_speedup: float = 0.0,
     earlier_plain_s: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
+    slower_plain_s: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
 ) -> Decision | None:
     """The decision once ``rounds`` pairs are complete; None while more runs are needed. Before
     that, after each complete pair: outputs that changed end the trial at once (reverted), and a
     lever is promoted early only when every pair's gain is at least ``early_speedup``, beyond
     NOISE_MARGIN times the workload's measured run-to-run spread (``earlier_plain_s`` and the A
     arms: no spread measured, no early stop), and within what its cause allows (``t.bound``). A
-    full decision whose whole interval lies above the bound is a measurement error: reverted."""
+    full decision whose whole interval lies above the bound is a measurement error: reverted.
+    ``slower_plain_s``: the runs the one-pair stop of a slower lever reads its spread from (None:
+    ``earlier_plain_s``): on the launcher's clock, the line's runs that had the shim as well. Their
+    lengths hold gitmd's own cost on some runs and not others, which only widens the spread: a
+    stop reads it, never a promotion, and a line whose runs were all observed has one before its
+    first pair (its B arm 31% slower, H200 2026-12-05, with no spread to stop on: the next run was
+    a B arm again)."""
     pairs = t.pairs()
     if not pairs:
         return None
@@ -79,17 +86,20 @@ def decide_trial(
         return slower
     ratios = [a / b for a, b in zip(a_s, b_s, strict=True)]
     noise = _spread(used, earlier_plain_s)
-    if noise is not None:
+    wide = noise if slower_plain_s is None else _spread(used, slower_plain_s)
+    if wide is not None and noise is not None:
+        wide = max(wide, noise)
+    if wide is not None:
         # slower in every pair beyond what the runs of its lines vary by: each B arm costs the job
         # a run, so the first such pair stops it (never a promotion: only what is not kept)
         slowest = 1 / max(ratios)
-        need = max(1 + min_gain, 1 + NOISE_MARGIN * noise)
-        iv = _noise_interval(ratios, noise)
+        need = max(1 + min_gain, 1 + NOISE_MARGIN * wide)
+        iv = _noise_interval(ratios, wide)
         if slowest >= need and iv.high * (1 + min_gain) < 1:
             return Decision(
                 False,
                 f"{iv.speedup:.3f}x (95% {iv.low:.3f}-{iv.high:.3f}, from the workload's run-to-run "
-                f"spread {100 * noise:.0f}%): every pair at least {slowest:.2f}x slower with it, beyond "
+                f"spread {100 * wide:.0f}%): every pair at least {slowest:.2f}x slower with it, beyond "
                 f"{need:.2f}x: stopped after {len(ratios)} of {rounds} pairs, not kept",
                 iv,
             )

@@ -251,16 +251,18 @@ class RunHistory:
         runs: int = 5,
         clock: str = "run_s",
         command: Command | None = None,
+        with_shim: bool = False,
     ) -> list[float]:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
         policy, no crash and no launch trial's lever (its B arm), less ``exclude`` (job ids): the
         workload's run-to-run spread. ``clock``: "run_s" (the shim's) or "wall_s" (the launcher's;
-        runs that went without the shim only)."""
+        runs that went without the shim only, unless ``with_shim``: then those that had it too, whose
+        lengths hold gitmd's own cost)."""
         if not launch_key:
             return []
         if clock not in ("run_s", "wall_s"):
             raise ValueError(f"unknown clock {clock!r}")
-        shimless = "AND capture = 0 " if clock == "wall_s" else ""
+        shimless = "AND capture = 0 " if clock == "wall_s" and not with_shim else ""
         same, args = _of(command)
         with self.store.reading() as db:
             rows = db.query(

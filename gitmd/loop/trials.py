@@ -324,13 +324,22 @@ class Trials:
         in_trial = {r["job_id"] for r in t.runs}
         # the spread of each command line its pairs are of: that line's plain runs
         earlier: dict[str, list[float]] = {}
+        # for a slower lever's stop only, on the launcher's clock: the line's runs with the shim too
+        wide: dict[str, list[float]] | None = {} if t.clock() == "wall_s" else None
         for a, _ in t.pairs():
             if line(a) not in earlier:
                 of = d.jobs.get(a["job_id"])
+                same = (of.command, of.cwd)
                 earlier[line(a)] = d.jobs.plain_runs_s(
-                    of.launch_key, exclude=in_trial, clock=t.clock(), command=(of.command, of.cwd)
+                    of.launch_key, exclude=in_trial, clock=t.clock(), command=same
                 )
-        dec = decide_trial(t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier)
+                if wide is not None:
+                    wide[line(a)] = d.jobs.plain_runs_s(
+                        of.launch_key, exclude=in_trial, clock="wall_s", command=same, with_shim=True
+                    )
+        dec = decide_trial(
+            t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier, slower_plain_s=wide
+        )
         if dec is None:
             return
         lever = t.lever_obj()

@@ -481,3 +481,37 @@ def test_a_b_arm_its_site_knob_changed_nothing_in_ends_the_trial_as_not_applicab
     assert svc2.workload(wid2).policies == ()
     _, arm, env = run_train(svc2, contract, 10.0, 1.0, site=SiteReport(True, ()))
     assert arm == "-" and "GITMD_DATALOADER_WORKERS" not in env  # the next run goes as it is
+
+
+def test_a_lever_slower_in_its_first_pair_stops_on_the_spread_of_its_lines_observed_runs(
+    tmp_path: Path,
+) -> None:
+    """A program's runs so far were all observed (the shim in them), so none is a plain run on the
+    launcher's clock the trial's runs are measured by: no spread, and a lever 40% slower in its first
+    pair went on to a second B run at once (A B B A; the H200's mobilenet, 2026-12-05: 31% slower, no
+    stop). The line's observed runs, timed by the same launcher, give a spread wide enough for a stop
+    (gitmd's own cost in some of them only widens it): stopped after one pair, not kept."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"),))
+    reg = Registration(
+        "train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train",
+        launcher_pid=os.getpid(), contract=contract,
+    )  # fmt: skip
+
+    def run(wall_s: float) -> tuple[str, bool]:
+        view, plan = svc.register_job(reg)
+        svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]
+        svc.report_exit(view.job.id, 0, {}, wall_s=wall_s)
+        return (plan.trial.split("arm ")[1][0] if plan.trial else "-"), plan.capture
+
+    observed = [run(w) for w in (10.0, 10.3)]
+    assert [c for _, c in observed] == [True, True]  # both had the shim
+    key = svc.jobs.list(include_exited=True)[0].launch_key
+    assert svc.jobs.plain_runs_s(key, set(), clock="wall_s") == []  # no plain run on that clock
+    assert sorted(svc.jobs.plain_runs_s(key, set(), clock="wall_s", with_shim=True)) == [10.0, 10.3]
+    assert svc.trials.plan(wid, make("cuda_device_max_connections"), "launch_bound", 0.5) is not None
+    assert run(10.1)[0] == "A" and run(14.0)[0] == "B"
+    (t,) = svc.trials.of_workload(wid)
+    assert t.state == "reverted" and "stopped after 1 of 3 pairs" in t.decision["reason"], t.decision
+    assert run(10.0)[0] == "-"  # no second B run
