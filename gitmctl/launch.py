@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 
@@ -33,16 +34,19 @@ def is_number(text: str) -> bool:
 
 
 SITE_REPORT_VAR = "GITMD_SITE_REPORT"
-MAX_SITE_REPORT = 4096  # bytes read back: "site" and a handful of variable names per process
+# bytes read back: "site" and a few knob names per process that imported the framework; a longer
+# file (thousands of processes) is not read at all: a line that says a knob acted might be past any cap
+MAX_SITE_REPORT = 65536
 MAX_ACTED = 16
 _KNOB = re.compile(r"^GITMD_[A-Z0-9_]{1,58}$")
 
 
-def site_report_file(env: dict[str, str]) -> str:
-    """With gitmd's sitecustomize in the job's plan (GITM_SITE), an empty file of this user's, made
-    private, named to the job in GITMD_SITE_REPORT (the site appends to it what it did): its path,
-    "" when there is no site or no file could be made (the job runs all the same)."""
-    if not env.get("GITM_SITE"):
+def site_report_file(env: dict[str, str], plan: Mapping[str, str]) -> str:
+    """With gitmd's sitecustomize in the job's ``plan`` (GITM_SITE), an empty private file of this
+    user's, named to the job in GITMD_SITE_REPORT (the site appends to it what it did): its path.
+    "" when the plan has no site, when this launcher runs inside another job's (the outer launcher
+    reads the file it named), or when no file could be made (the job runs all the same)."""
+    if not plan.get("GITM_SITE") or os.environ.get(SITE_REPORT_VAR):
         return ""
     try:
         fd, path = tempfile.mkstemp(prefix="gitmd-site-", suffix=".txt")
@@ -54,18 +58,33 @@ def site_report_file(env: dict[str, str]) -> str:
 
 
 def read_site_report(path: str) -> tuple[bool, list[str]]:
-    """The site report the job's processes left in ``path`` (then removed): whether the site loaded
-    with a knob asked, and the knobs that changed something (plain GITMD_* names, at most MAX_ACTED;
-    anything else in the file is ignored)."""
+    """The site report the job's processes left in ``path`` (then removed): whether the site
+    adjusted the framework in any process, and the knobs that changed something (plain GITMD_*
+    names, at most MAX_ACTED; anything else in the file is ignored). (False, []) — unknown — when
+    the file is gone, is not a plain file (the job may replace it: opened without following a link,
+    without waiting on a pipe), or is longer than MAX_SITE_REPORT."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_SITE_REPORT).decode("ascii", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False, []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False, []
+        data = b""
+        while len(data) <= MAX_SITE_REPORT:
+            chunk = os.read(fd, MAX_SITE_REPORT + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if len(data) > MAX_SITE_REPORT:
+            return False, []
     except OSError:
         return False, []
     finally:
+        os.close(fd)
         try:
             os.unlink(path)
         except OSError:
             pass
-    lines = {x.strip() for x in text.splitlines()}
+    lines = {x.strip() for x in data.decode("ascii", "replace").splitlines()}
     return "site" in lines, sorted(x for x in lines if _KNOB.match(x))[:MAX_ACTED]

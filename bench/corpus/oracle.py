@@ -7,8 +7,10 @@ gitmd's runs; a call too short for a whole oracle measures it in parts (`--oracl
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,16 @@ def oracle(
     uses: set[str],
     deadline: float = float("inf"),
     keep: Path | None = None,
+    stamp: dict[str, Any] | None = None,
 ) -> dict:
     """Each launch lever against plain runs. A lever that acts through a library the program never
     loads (the manifest's ``needs``: PyTorch's allocator settings on a CuPy program) changes nothing
-    in it by construction: it is listed as not applicable, not measured. No pair starts after
-    ``deadline``: a lever it stops keeps the pairs it had (``stopped``), one never started is "not
-    measured". ``keep``: the oracle so far is written there after every lever (a call killed
-    mid-oracle keeps what it measured: H200 2026-12-05, 32 runs of an oracle lost to a call's limit)."""
+    in it by construction: it is listed as not applicable, not measured. No pair starts that would
+    end past ``deadline`` (measure_env): a lever it stops keeps the pairs it had (``stopped``), one
+    never started is "not measured". ``keep``: the oracle so far is written there after every pair,
+    whole or not at all, with ``stamp`` (when and at which commit: the summary orders it by them),
+    so a call killed mid-oracle keeps what it measured (H200 2026-12-05: 32 runs of an oracle lost
+    to a call's limit)."""
     if levers == []:
         return {"measured": False, "levers": {}}
     catalog = g.stub().ListLevers(pb.ListLeversRequest(), timeout=30).levers
@@ -62,13 +67,20 @@ def oracle(
         out[name] = {"env": launch[name], "not_applicable": why}
     chosen = [n for n in chosen if n not in out]
 
-    def measure(name: str, env: dict[str, str]) -> None:
-        if time.monotonic() > deadline:
-            out[name] = {"env": env, "not_measured": "budget spent"}
-        else:
-            out[name] = measure_env(p, env, pairs, logs, timeout_s, deadline, label=name)
+    def save() -> None:
         if keep is not None:
-            keep.write_text(json.dumps({"program": p.name, "partial": True, **best_of(out)}, indent=1))
+            doc = {"program": p.name, "partial": True, "measured_at": stamp or {}, **best_of(out)}
+            tmp = keep.with_name(f".{keep.name}.tmp")
+            tmp.write_text(json.dumps(doc, indent=1))
+            os.replace(tmp, keep)  # whole or not at all: a kill mid-write leaves the last one
+
+    def measure(name: str, env: dict[str, str]) -> None:
+        def so_far(got: dict[str, Any]) -> None:
+            out[name] = got
+            save()
+
+        out[name] = measure_env(p, env, pairs, logs, timeout_s, deadline, label=name, each=so_far)
+        save()
 
     for name in chosen:
         measure(name, launch[name])
@@ -84,17 +96,16 @@ def oracle(
 
 
 def best_of(out: dict[str, Any]) -> dict[str, Any]:
-    """The oracle of the levers measured so far: the best whose outputs held ("plain" at 1.0 when
-    none beat the program as it is; null when none was measured)."""
-    best = max(
-        (n for n, v in out.items() if v.get("outputs_held") and v.get("speedup") is not None),
-        key=lambda n: out[n]["speedup"],
-        default=None,
-    )
+    """The oracle of the levers measured so far (``measured``: any lever has a pair): the best whose
+    outputs held, "plain" at 1.0 when none beat the program as it is or every one changed its
+    outputs (the best setting that keeps them is none), null when none was measured."""
+    measured = {n: v for n, v in out.items() if v.get("ratios")}
+    held = [n for n, v in measured.items() if v.get("outputs_held") and v.get("speedup") is not None]
+    best = max(held, key=lambda n: out[n]["speedup"], default=None)
     top = out[best]["speedup"] if best else None
-    if top is not None and top < 1:
-        best, top = "plain", 1.0  # no lever beat the program as it is: the best setting is none
-    return {"measured": True, "levers": out, "best": best, "best_speedup": top}
+    if measured and (top is None or top < 1):
+        best, top = "plain", 1.0
+    return {"measured": bool(measured), "levers": out, "best": best, "best_speedup": top}
 
 
 def measure_env(
@@ -105,32 +116,51 @@ def measure_env(
     timeout_s: float,
     deadline: float = float("inf"),
     label: str = "lever",
+    each: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """``env`` against plain runs, ``pairs`` AB/BA pairs (none started after ``deadline``): each
-    pair's ratio (plain over treated by the program's clock), their median, a 95% interval of the
-    geometric mean (t over the log ratios; null below 2 pairs), and whether every output held."""
+    """``env`` against plain runs, ``pairs`` AB/BA pairs: each pair's ratio (plain over treated by
+    the program's clock), their median, a 95% interval of the geometric mean (t over the log
+    ratios; null below 2 pairs), and whether every output held. A pair starts only when it would
+    end by ``deadline`` at the length of the last pair (each run's timeout capped to what is left),
+    and ``each`` is given the measurement after every pair."""
     treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
     ratios: list[float | None] = []
     held = True
     stopped = ""
+    last_s = 0.0
     for i in range(pairs):
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= last_s:
             stopped = f"budget spent after {i} of {pairs} pairs"
             break
+        t0 = time.monotonic()
         order = ("plain", "lever") if i % 2 == 0 else ("lever", "plain")
         got = {}
+        cut = False
         for arm in order:
             log = logs / f"{p.name}-oracle.log"
             name = "plain" if arm == "plain" else label
-            got[arm] = run_once(p if arm == "plain" else treated, [], log, timeout_s, label=f"[{name}]")
+            limit = max(1.0, min(timeout_s, deadline - time.monotonic()))
+            got[arm] = run_once(p if arm == "plain" else treated, [], log, limit, label=f"[{name}]")
+            cut = cut or (got[arm]["exit"] is None and limit < timeout_s)
+        if cut:  # a run stopped by the budget, not by its own timeout: no evidence either way
+            stopped = f"budget spent during pair {i + 1} of {pairs}"
+            break
+        last_s = time.monotonic() - t0
         a, b = got["plain"], got["lever"]
         held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
         ratios.append(ratio(seconds(p, a), seconds(treated, b)))
-    ok = [x for x in ratios if x is not None]
+        if each is not None and i + 1 < pairs:
+            each(_measured(env, ratios, held, f"{i + 1} of {pairs} pairs so far"))
     if not ratios:
         return {"env": env, "not_measured": stopped}
-    got_ = {"env": env, "ratios": ratios, "speedup": round(statistics.median(ok), 4) if ok else None,
-            "interval": interval(ok), "outputs_held": held}  # fmt: skip
+    return _measured(env, ratios, held, stopped)
+
+
+def _measured(env: dict[str, str], ratios: list[float | None], held: bool, stopped: str) -> dict[str, Any]:
+    ok = [x for x in ratios if x is not None]
+    got = {"env": env, "ratios": ratios, "speedup": round(statistics.median(ok), 4) if ok else None,
+           "interval": interval(ok), "outputs_held": held}  # fmt: skip
     if stopped:
-        got_["stopped"] = stopped
-    return got_
+        got["stopped"] = stopped
+    return got

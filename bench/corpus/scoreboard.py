@@ -14,8 +14,9 @@ raw file. A figure that was not measured is null, never an estimate.
 - **oracle**: each launch lever of gitmd's catalog (`ListLevers`, its default setting, the
   environment it produces) against plain runs, `--oracle-pairs` AB/BA pairs each; the best lever
   whose outputs held (bench/corpus/oracle.py). `--oracle-levers none` skips it; `a,b` names the
-  levers. No oracle pair starts once `--budget-s` is spent, and `<out>/oracle-<program>.json` is
-  rewritten after every lever, so a call killed mid-oracle keeps what it measured. An oracle too long
+  levers. No oracle pair starts that would end past `--budget-s` (at the last pair's length), and
+  `<out>/oracle-<program>.json` is replaced after every pair, so a call killed mid-oracle keeps what it
+  measured. An oracle too long
   for one call is measured in parts: `--runs 0 --oracle-levers a,b` in one call, `c,d` in the next;
   the summary merges them, each lever's newest.
 - **runs**: run i is a pair, plain and gitmd, in alternating order; its ratio is plain time over
@@ -287,7 +288,7 @@ def shared(
             needs = set(ctx["meta"][name].get("needs", []))
             keep = a.out / f"oracle-{name}.json"
             orcs[name] = oracle(
-                known[name], g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep
+                known[name], g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep, stamp()
             )
         for i in range(a.runs):
             for name in names:
@@ -330,7 +331,7 @@ def write_program(
         "program": name,
         "repo": meta[name]["repo"],
         "half": ctx["halves"].get(name, "unsplit"),
-        "measured_at": {"date": datetime.date.today().isoformat(), "gitmd_commit": commit()},
+        "measured_at": stamp(),
         "argv": sys.argv,
         "clock": p.clock or "wall",
         "oracle": orc,
@@ -357,6 +358,11 @@ def write_program(
     cells = [name, doc["half"], best, first, s["delivered_speedup"], s["worst_run_cost"],
              s["median_run_cost"], s["violations"]]  # fmt: skip
     print("| " + " | ".join("not measured" if c is None else str(c) for c in cells) + " |", flush=True)
+
+
+def stamp() -> dict[str, str]:
+    """When a raw file was measured, and the gitmd commit it measured."""
+    return {"date": datetime.date.today().isoformat(), "gitmd_commit": commit()}
 
 
 def commit() -> str:
@@ -430,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             needs = set(meta[name].get("needs", []))
             keep = a.out / f"oracle-{name}.json"
-            orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep)
+            orc = oracle(p, g, levers, a.oracle_pairs, logs, a.timeout_s, needs, deadline, keep, stamp())
             runs = gitmd_runs(p, g, a.runs, logs, a.timeout_s, deadline)
             attach_jobs(p, g, runs)
             learned = library_of(g)

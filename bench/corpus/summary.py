@@ -114,26 +114,28 @@ def _oracle_levers(doc: dict[str, Any]) -> dict[str, Any]:
 
 def merged_oracle(measured: list[tuple[tuple[str, int, str], str, dict[str, Any]]]) -> dict[str, Any]:
     """One program's oracle from every file that measured part of it (``measured``: (when, raw file,
-    levers)), as a call too short for a whole oracle measures it in parts: each lever's newest
-    measurement, and the best of them whose outputs held ("plain" at 1.0 when none beat the program
-    as it is). ``raw``: the files those measurements came from."""
-    newest: dict[str, tuple[tuple[str, int, str], str, dict[str, Any]]] = {}
+    levers)), as a call too short for a whole oracle measures it in parts: each lever's newest whole
+    measurement (its pairs all run; a newer one the budget stopped counts only where no whole one
+    exists), and the best of them whose outputs held: "plain" at 1.0 when none beat the program as
+    it is or every one changed its outputs. ``raw``: the files those measurements came from."""
+    newest: dict[str, tuple[tuple[bool, tuple[str, int, str]], str, dict[str, Any]]] = {}
     for when, raw, levers in measured:
         for name, v in levers.items():
-            if name not in newest or when > newest[name][0]:
-                newest[name] = (when, raw, v)
+            rank = (not v.get("stopped") and v.get("speedup") is not None, when)
+            if name not in newest or rank > newest[name][0]:
+                newest[name] = (rank, raw, v)
+    if not newest:
+        return {"speedup": None, "best": None, "raw": [], "on": None, "levers": []}
     held = {n: v for n, (_, _, v) in newest.items() if v.get("outputs_held") and v.get("speedup") is not None}
-    if not held:
-        return {"speedup": None, "best": None, "raw": [], "on": None, "levers": sorted(newest)}
-    best = max(held, key=lambda n: held[n]["speedup"])
-    top = held[best]["speedup"]
-    if top < 1:
+    best = max(held, key=lambda n: held[n]["speedup"], default=None)
+    top = held[best]["speedup"] if best else None
+    if top is None or top < 1:
         best, top = "plain", 1.0
     return {
         "speedup": top,
         "best": best,
         "raw": sorted({raw for _, raw, _ in newest.values()}),
-        "on": max(when[0] for when, _, _ in newest.values()),
+        "on": max(rank[1][0] for rank, _, _ in newest.values()),
         "levers": sorted(newest),
     }
 
@@ -149,20 +151,19 @@ def build(results: Path, manifest: Path) -> list[dict[str, Any]]:
     for f in files:
         if f.name == LATEST:
             continue
-        doc = json.loads(f.read_text())
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            print(f"{f}: not read ({e}): left out", file=sys.stderr)
+            continue
         partial = f.name.startswith("oracle-")  # written lever by lever while the oracle ran
         if not isinstance(doc, dict) or "program" not in doc or ("summary" not in doc and not partial):
             continue  # not a scoreboard file (bench/corpus/verify.py's corpus-verify.json)
         raw = str(f.relative_to(results.parent))
-        if partial:
-            # the partial file has no date of its own: that of the call's raw file beside it, when
-            # the call got that far (it then holds the same levers), else its folder's
-            beside = f.with_name(f"corpus-{doc['program']}.json")
-            if beside.exists():
-                continue
-            when = (_folder_date(f), 0, str(f))
-        else:
-            when = (doc["measured_at"]["date"], commit_time(doc["measured_at"]), str(f))
+        if partial and f.with_name(f"corpus-{doc['program']}.json").exists():
+            continue  # the call got as far as its raw file, which holds the same levers
+        stamp = doc.get("measured_at") or {"date": _folder_date(f)}  # an early partial file had none
+        when = (stamp.get("date") or "", commit_time(stamp), str(f))
         levers = _oracle_levers(doc)
         if levers:
             oracles.setdefault(doc["program"], []).append((when, raw, levers))

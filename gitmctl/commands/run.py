@@ -164,15 +164,17 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         scan = [re.compile(metric)] if metric and client is not None else []
     except re.error:
         scan = []  # gitmd checked it; never stop the job over it
-    report = site_report_file(env) if client is not None else ""
+    report = site_report_file(env, resp.plan.env) if client is not None else ""
     started = time.monotonic()
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
-    except OSError as e:
-        print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
-        code = 127 if isinstance(e, FileNotFoundError) else 126
+    except BaseException as e:
         if report:
             read_site_report(report)  # removed
+        if not isinstance(e, OSError):
+            raise
+        print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+        code = 127 if isinstance(e, FileNotFoundError) else 126
         _report(client, job_id, code, args.verbose)
         return code
 

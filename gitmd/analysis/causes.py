@@ -166,27 +166,33 @@ def _cache_first(levers: tuple[str, ...]) -> tuple[str, ...]:
     return (*CACHE_LEVERS, *(x for x in levers if x not in CACHE_LEVERS))
 
 
-# The driver's default number of hardware work queues (connections) per device, which
-# CUDA_DEVICE_MAX_CONNECTIONS changes (CUDA's environment variables: 8 by default, 1 to 32). More
-# streams than connections share queues, and a stream's work waits behind another's in its queue.
-DEFAULT_CONNECTIONS = 8
+# CUDA_DEVICE_MAX_CONNECTIONS: the driver's hardware work queues (connections) per device (CUDA's
+# environment variables: 8 by default, 1 to 32). Streams share queues (a stream's place depends on
+# when it was made, not on how busy it is: two busy streams among the many a framework makes may
+# share one), and work waits behind other streams' work in its queue. On one stream nothing can.
 MORE_QUEUES = "cuda_device_max_connections"
 
 
 def busy_streams(r: Decoded) -> int:
-    """How many streams the window's kernels, copies and memsets ran on."""
-    ids = [a["stream_id"] for a in (r.kernels, r.memcpys, r.memsets) if len(a)]
-    return len(np.unique(np.concatenate(ids))) if ids else 0
+    """The most streams the window's kernels, copies and memsets ran on, on any one device (a
+    device's queues are its own, and CUPTI's stream ids are unique only within a context)."""
+    parts = [a[["device", "stream_id"]] for a in (r.kernels, r.memcpys, r.memsets) if len(a)]
+    if not parts:
+        return 0
+    pairs = np.unique(np.stack([np.concatenate([p["device"] for p in parts]).astype(np.int64),
+                                np.concatenate([p["stream_id"] for p in parts]).astype(np.int64)], axis=1),
+                      axis=0)  # fmt: skip
+    return int(np.unique(pairs[:, 0], return_counts=True)[1].max())
 
 
 def _launch_levers(streams: int) -> tuple[str, ...]:
     """launch_bound's levers as this window's evidence allows: more hardware queues only give work
-    on more streams than the default queues a way past each other. With as many streams as queues or
-    fewer, no stream's work waits behind another's in a shared queue, and the lever changes nothing:
-    a launch trial of it costs the workload runs and cannot win (H200 2026-12-05: planned on launch
-    gaps of single-stream programs, its B arm 31% slower by the run's wall time, one pair)."""
+    on one stream a way past work on another. With work on one stream per device there is none to
+    get past, and the lever changes nothing: a launch trial of it costs the workload runs and cannot
+    win (H200 2026-12-05: planned on the launch gaps of two single-stream programs, one's B arm 31%
+    slower by its wall time, one pair)."""
     got = LEVERS["launch_bound"]
-    return got if streams > DEFAULT_CONNECTIONS else tuple(x for x in got if x != MORE_QUEUES)
+    return got if streams > 1 else tuple(x for x in got if x != MORE_QUEUES)
 
 
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:

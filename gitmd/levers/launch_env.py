@@ -27,6 +27,13 @@ LIVE_FLAG_LEVERS = ("alloc_keep_cache_live",)
 
 MAX_ACTED = 16
 KNOB_NAME = re.compile(r"^GITMD_[A-Z0-9_]{1,58}$")
+# the knobs whose sitecustomize hook reports when it changed something (GITMD_SITE_REPORT)
+SITE_REPORTED = (
+    "GITMD_CUDNN_BENCHMARK",
+    "GITMD_DATALOADER_PIN_MEMORY",
+    "GITMD_DATALOADER_WORKERS",
+    "GITMD_KEEP_CACHE",
+)
 
 
 @dataclass(frozen=True)
@@ -45,11 +52,11 @@ class SiteReport:
 
 def untouched(values: Mapping[str, str], site: SiteReport | None) -> str:
     """Why a run with these launch ``values`` was not changed by them ("" : it may have been): every
-    variable is a knob of gitmd's sitecustomize (nothing else reads them), the site loaded in the run,
-    and none of them changed anything there. Unknown (no report, the site not loaded, a variable a
-    library reads) is never "untouched"."""
+    variable is a knob of gitmd's sitecustomize that reports what it does (SITE_REPORTED: nothing
+    else reads them), the site adjusted PyTorch in the run, and none of them changed anything there.
+    Unknown (no report, PyTorch never adjusted, a variable a library reads) is never "untouched"."""
     knobs = [k for k in values if k != "GITM_SITE"]
-    if site is None or not site.loaded or not knobs or not all(k.startswith(KNOB_PREFIX) for k in knobs):
+    if site is None or not site.loaded or not knobs or not all(k in SITE_REPORTED for k in knobs):
         return ""
     if set(knobs) & set(site.acted):
         return ""

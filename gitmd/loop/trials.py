@@ -40,6 +40,31 @@ from gitmd.store.library import LIVE_POLICY_LEVERS, Policy
 log = logging.getLogger(__name__)
 
 
+NOT_APPLICABLE_RUNS = 2  # B runs that must agree the lever changed nothing before it is given up
+
+
+def not_applicable(t: LaunchTrial) -> str:
+    """Why the trial's lever cannot act in this program ("" : it may): its first NOT_APPLICABLE_RUNS
+    B runs that ran to a clean end (exit 0, a length) each had gitmd's sitecustomize loaded and the
+    lever's knobs change nothing in them (launch_env.untouched). A B run killed, failed or crashed
+    before the program reached the knob (a DataLoader built late, a cache emptied at the end) says
+    nothing, and a run with no report or whose knob acted keeps the lever: giving it up is for good
+    on the workload."""
+    values = t.lever_obj().values()
+    ended = [r for r in t.runs if r["arm"] == "B" and r.get("done") and not r.get("crashed")]
+    clean = [r for r in ended if r.get("exit_code") == 0 and r.get("run_s")][:NOT_APPLICABLE_RUNS]
+    if len(clean) < NOT_APPLICABLE_RUNS:
+        return ""
+    whys = []
+    for r in clean:
+        site = r.get("site")
+        why = untouched(values, SiteReport(bool(site["loaded"]), tuple(site["acted"]))) if site else ""
+        if not why:
+            return ""
+        whys.append(r["job_id"])
+    return f"in its B runs {', '.join(whys)}, {why}"
+
+
 class Trials:
     def __init__(self, d: Deps, observe: Observe, targets: Targets, pub: Publisher) -> None:
         self.d = d
@@ -296,8 +321,9 @@ class Trials:
         """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow.
         ``run_s``: its length on ``clock`` ("run_s": the shim's, CUDA's start to the last exit;
         "wall_s": its launcher's, exec to exit, for a run that went without the shim). ``site``: what
-        gitmd's sitecustomize did in it; a B arm its lever changed nothing in ends the trial: the
-        lever cannot act in this program, and every further run of it would be spent for nothing."""
+        gitmd's sitecustomize did in it: B runs its lever changed nothing in end the trial
+        (not_applicable): the lever cannot act in this program, and every further run of it would
+        be spent for nothing."""
         d = self.d
         st = d.states.get(job_id)
         tid = st.trial_id if st is not None else None
@@ -309,12 +335,10 @@ class Trials:
         )
         if t is None:
             return
-        arm = next((r["arm"] for r in t.runs if r["job_id"] == job_id), "")
-        if arm == "B" and not crash:
-            why = untouched(t.lever_obj().values(), site)
-            if why:
-                self._abandon(t, f"not applicable: in its run {job_id}, {why}")
-                return
+        why = not_applicable(t)
+        if why:
+            self._abandon(t, f"not applicable: {why}")
+            return
         cfg = d.config.experiments
         job = d.jobs.get(job_id)
         if t.spoiled() >= MAX_SPOILED:

@@ -16,10 +16,10 @@ imports it, through an import hook), every failure is swallowed, and the job's o
                                    daemon set (gitm_shim.h: GITM_KNOB_FLAG); no shim, no flag
 
 With GITMD_SITE_REPORT naming a file (`gitmctl run` makes one for a plan that holds a knob, and
-reads it when the job exits), each process appends "site" once this file has loaded with a knob
-asked, and a knob's variable once that knob changed something in it (a DataLoader built without the
-job's own choice, a cache kept, cuDNN's autotuner switched on): a launch trial's run that loaded the
-site and changed nothing shows that its lever cannot act in that program.
+reads it when the job exits), each process appends "site" once it has imported PyTorch and the knobs
+were put in place, and a knob's variable once that knob changed something in it (a DataLoader built
+without the job's own choice, a cache kept, cuDNN's autotuner switched on): a launch trial's runs
+that adjusted PyTorch and changed nothing show that its lever cannot act in that program.
 
 Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
 """
@@ -28,16 +28,17 @@ import os
 import sys
 
 _said = set()
+_REPORT = os.environ.get("GITMD_SITE_REPORT", "")  # as the process started (a job may unset it later)
 
 
 def _report(what):
     """Append ``what`` to the launcher's report file, once per process (never fails the job)."""
-    path = os.environ.get("GITMD_SITE_REPORT", "")
-    if not path or what in _said:
+    if not _REPORT or what in _said:
         return
     _said.add(what)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(_REPORT, flags | getattr(os, "O_NONBLOCK", 0))
         try:
             os.write(fd, (what + "\n").encode())
         finally:
@@ -162,6 +163,7 @@ def _keep_cache(torch_module):
 
 
 def _adjust(torch_module):
+    _report("site")  # the framework the knobs act on is here, and they are being put in place
     try:
         if os.environ.get("GITMD_CUDNN_BENCHMARK") == "1":
             torch_module.backends.cudnn.benchmark = True
@@ -209,7 +211,6 @@ def _install():
     wanted = [k for k in knobs if os.environ.get(k)]
     if not wanted:
         return
-    _report("site")
     if "torch" in sys.modules:
         _adjust(sys.modules["torch"])
     else:

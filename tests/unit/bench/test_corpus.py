@@ -396,3 +396,64 @@ def test_the_oracle_starts_no_pair_once_its_budget_is_spent(tmp_path: Path) -> N
     got = measure_env(p, {"X": "1"}, 3, tmp_path, 10.0, deadline=0.0, label="x")
     assert got == {"env": {"X": "1"}, "not_measured": "budget spent after 0 of 3 pairs"}
     assert not (tmp_path / "toy-oracle.log").exists()  # nothing ran
+
+
+def test_the_oracle_merge_prefers_whole_measurements_and_orders_a_days_files_by_their_commit(
+    tmp_path: Path,
+) -> None:
+    """A lever's newer measurement the budget stopped after one pair does not replace an older whole
+    one; a partial oracle file stamped with a later commit is newer than a raw file of the same day
+    at an earlier one (c58e7ad came after b108330 in this repository); every lever changing the
+    outputs leaves "plain" at 1.0; an unreadable file (a write killed halfway) is left out."""
+    summary = _load("summary")
+    if summary.commit_time({"gitmd_commit": "c58e7ad"}) == 0:
+        pytest.skip("this clone does not hold the commits (a shallow clone)")
+    name = "cupy-cg"
+    whole = {"env": {"X": "1"}, "ratios": [1.2, 1.2, 1.2], "speedup": 1.2, "outputs_held": True}
+    cut = {"env": {"X": "1"}, "ratios": [0.8], "speedup": 0.8, "outputs_held": True, "stopped": "budget"}
+    later = {"env": {"Y": "1"}, "ratios": [1.1, 1.1], "speedup": 1.1, "outputs_held": True}
+    earlier = {"env": {"Y": "1"}, "ratios": [1.5, 1.5], "speedup": 1.5, "outputs_held": True}
+    day = {"date": "2026-12-04"}
+    files = {
+        "a/corpus": {"program": name, "measured_at": {**day, "gitmd_commit": "b108330"},
+                     "oracle": {"levers": {"x": whole, "y": earlier}}, "runs": [{"run": 1}], "summary": {}},
+        "b/oracle": {"program": name, "partial": True, "measured_at": {**day, "gitmd_commit": "c58e7ad"},
+                     "levers": {"x": cut, "y": later}},
+    }  # fmt: skip
+    for where, doc in files.items():
+        folder, kind = where.split("/")
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{kind}-{name}.json").write_text(json.dumps(doc))
+    (tmp_path / "b" / "oracle-cupy-sgemm.json").write_text('{"program": "cupy-sgemm", "lev')  # cut short
+    merge = summary.merged_oracle
+    rows = {r["name"]: r for r in summary.build(tmp_path, summary.CORPUS / "manifest.toml")}
+    assert rows[name]["oracle_best"] == "x" and rows[name]["oracle_speedup"] == 1.2  # whole x; later y
+    assert rows["cupy-sgemm"]["oracle_speedup"] is None
+    changed = {"env": {}, "ratios": [3.0], "speedup": 3.0, "outputs_held": False}
+    assert merge([(("2026-12-05", 0, "f"), "f", {"z": changed})])["best"] == "plain"
+    assert merge([(("2026-12-05", 0, "f"), "f", {"z": changed})])["speedup"] == 1.0
+    assert merge([])["speedup"] is None
+
+
+def test_an_oracle_pair_that_would_end_past_the_budget_does_not_start(tmp_path: Path) -> None:
+    """The next pair starts only when the last one's length still fits before the deadline; a run
+    the budget had to stop is no evidence (not "outputs changed"). Each pair is handed over as it
+    ends, so a call killed later keeps it."""
+    import time
+
+    sys.path.insert(0, str(CORPUS.parents[1]))
+    from bench.corpus.oracle import measure_env
+    from bench.crash_soak import Program
+
+    code = "import time; time.sleep(0.4); print('step_ms=1.0'); print('result 42')"
+    p = Program("toy", [sys.executable, "-c", code], tmp_path, {}, r"^result (\d+)", r"step_ms=([0-9.]+)")
+    seen: list[dict] = []
+    got = measure_env(p, {"X": "1"}, 3, tmp_path, 30.0, deadline=time.monotonic() + 1.2, each=seen.append)
+    assert (
+        got["ratios"] == [1.0] and got["outputs_held"] and got["stopped"] == "budget spent after 1 of 3 pairs"
+    )
+    assert [s["ratios"] for s in seen] == [[1.0]]
+    # a budget that ends inside a run (its limit: what is left, 1 s at least): dropped, not judged
+    slow = Program("toy", [sys.executable, "-c", code.replace("0.4", "1.6")], tmp_path, {}, p.output, p.clock)
+    got = measure_env(slow, {"X": "1"}, 2, tmp_path, 30.0, deadline=time.monotonic() + 2.0)
+    assert got == {"env": {"X": "1"}, "not_measured": "budget spent during pair 1 of 2"}

@@ -3,7 +3,13 @@ its own, gitmd's site directory first on PYTHONPATH and the free guard first on 
 
 from __future__ import annotations
 
-from gitmctl.launch import is_number, job_environment
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gitmctl.launch import SITE_REPORT_VAR, is_number, job_environment, read_site_report, site_report_file
 
 
 def test_the_plan_is_added_and_paths_go_first() -> None:
@@ -37,19 +43,22 @@ def test_numbers() -> None:
     assert not is_number("") and not is_number("1.2.3") and not is_number("x")
 
 
-def test_the_site_report_file_is_made_only_for_a_plan_with_the_site_and_read_back_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_site_report_file_is_made_only_for_a_plan_with_the_site_and_read_back_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plan holding a framework knob (GITM_SITE) gets a private file named in GITMD_SITE_REPORT;
-    reading it back gives whether the site loaded and the knobs that acted (plain GITMD_* names
-    only, each once, at most 16), and removes it."""
-    import os
-    import stat
-
-    from gitmctl.launch import SITE_REPORT_VAR, read_site_report, site_report_file
-
-    env = {"OMP_NUM_THREADS": "4"}
-    assert site_report_file(env) == "" and SITE_REPORT_VAR not in env
-    env = {"GITM_SITE": "/usr/lib/gitmd/site", "GITMD_DATALOADER_WORKERS": "4"}
-    path = site_report_file(env)
+    reading it back gives whether the site adjusted PyTorch and the knobs that acted (plain GITMD_*
+    names only, each once, at most 16), and removes it. Unknown — (False, []) — when it is gone,
+    not a plain file, or too long to hold every line; a launcher inside another job's leaves the
+    outer launcher's file alone."""
+    monkeypatch.delenv(SITE_REPORT_VAR, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    plain = {"OMP_NUM_THREADS": "4"}
+    env = dict(plain)
+    assert site_report_file(env, plain) == "" and SITE_REPORT_VAR not in env
+    plan = {"GITM_SITE": "/usr/lib/gitmd/site", "GITMD_DATALOADER_WORKERS": "4"}
+    env = dict(plan)
+    path = site_report_file(env, plan)
     assert path and env[SITE_REPORT_VAR] == path and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     with open(path, "a") as f:  # as the job's processes append: two of them, and noise
         f.write("site\nGITMD_DATALOADER_WORKERS\nsite\nGITMD_DATALOADER_WORKERS\nPATH\nGITMD_x;rm\n")
@@ -60,3 +69,20 @@ def test_the_site_report_file_is_made_only_for_a_plan_with_the_site_and_read_bac
     many.write_text("".join(f"GITMD_K{i}\n" for i in range(40)))
     loaded, acted = read_site_report(str(many))
     assert not loaded and len(acted) == 16
+    # thousands of processes said "site" before the one whose knob acted: too long, unknown
+    long = tmp_path / "long.txt"
+    long.write_text("site\n" * 20000 + "GITMD_DATALOADER_WORKERS\n")
+    assert read_site_report(str(long)) == (False, [])
+    # the job replaced the file with a pipe nobody writes, or a link: never waited on, never followed
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert read_site_report(str(fifo)) == (False, []) and not fifo.exists()
+    target = tmp_path / "target.txt"
+    target.write_text("site\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert read_site_report(str(link)) == (False, []) and target.exists()
+    # a gitmctl run inside another job's: the outer launcher's file stays the one named
+    monkeypatch.setenv(SITE_REPORT_VAR, "/tmp/outer.txt")
+    env = {**plan, SITE_REPORT_VAR: "/tmp/outer.txt"}
+    assert site_report_file(env, plan) == "" and env[SITE_REPORT_VAR] == "/tmp/outer.txt"

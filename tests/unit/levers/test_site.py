@@ -92,9 +92,10 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
 
 
 def test_the_site_reports_what_it_changed_to_the_launchers_file(tmp_path: Path) -> None:
-    """GITMD_SITE_REPORT (the file `gitmctl run` makes): "site" once it loads with a knob asked, and a
-    knob's variable once that knob changed something. A job that builds no DataLoader and never
-    empties the cache reports the site alone; the job's own choices are no change either."""
+    """GITMD_SITE_REPORT (the file `gitmctl run` makes): "site" once PyTorch is imported and the knobs
+    are in place, and a knob's variable once that knob changed something. A job that builds no
+    DataLoader and never empties the cache reports the site alone; the job's own choices are no
+    change either; a process that never imports PyTorch says nothing."""
     pkg = tmp_path / "fw" / "torch"
     (pkg / "utils" / "data").mkdir(parents=True)
     (pkg / "__init__.py").write_text(
@@ -116,7 +117,8 @@ def test_the_site_reports_what_it_changed_to_the_launchers_file(tmp_path: Path) 
         assert r.returncode == 0 and r.stderr == "", r.stderr
         return path.read_text().splitlines()
 
-    assert report("import torch") == ["site"]  # loaded, nothing reached
+    assert report("import json") == []  # no PyTorch: nothing for the knobs to act on, nothing said
+    assert report("import torch") == ["site"]  # PyTorch adjusted, nothing reached
     assert report("import torch.utils.data as d; d.DataLoader([], num_workers=2)") == ["site"]  # its choice
     got = report(
         "import torch, torch.utils.data as d\nfor _ in range(3): d.DataLoader([]); torch.cuda.empty_cache()"
@@ -204,3 +206,13 @@ def test_a_run_is_untouched_only_when_every_variable_is_a_site_knob_that_did_not
         SiteReport(True, ("PATH",))
     with pytest.raises(ValueError):
         SiteReport(True, tuple(f"GITMD_K{i}" for i in range(17)))
+
+
+def test_every_knob_the_trials_read_reports_and_no_other() -> None:
+    """untouched() trusts only SITE_REPORTED knobs: each must be one whose hook reports it."""
+    import re
+
+    from gitmd.levers.launch_env import SITE_REPORTED
+
+    said = set(re.findall(r'_report\("(GITMD_[A-Z_]+)"\)', (SITE_DIR / "sitecustomize.py").read_text()))
+    assert said == set(SITE_REPORTED)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from gitmd.experiments.equivalence import Check, Contract
 from gitmd.jobs.launch import SHIM_ENV
@@ -442,44 +443,63 @@ def test_a_recurring_line_whose_runs_overlap_opens_pairs(tmp_path: Path) -> None
     assert arms == ["A", "B", "B"], arms
 
 
-def test_a_b_arm_its_site_knob_changed_nothing_in_ends_the_trial_as_not_applicable(tmp_path: Path) -> None:
+def test_b_runs_its_site_knob_changed_nothing_in_end_the_trial_as_not_applicable(tmp_path: Path) -> None:
     """More DataLoader workers for a program that builds no DataLoader: gitmd's sitecustomize loaded
-    in the B arm and its knob changed nothing (the launcher's report). The lever cannot act in this
-    program, so the trial ends after that one run instead of spending its rounds on a no-op; the
-    workload is not offered the lever again. A report that the knob acted, or no report, leaves the
-    trial to its pairs."""
-    svc = make_service(tmp_path)
-    wid = recurring(svc, "train")
+    in the B runs and its knob changed nothing (the launcher's report). The lever cannot act in this
+    program, so the trial ends once two clean B runs agree instead of spending its rounds on a no-op;
+    the workload is not offered the lever again. A report that the knob acted, no report, or a B run
+    that was killed or failed before the program could reach the knob (a DataLoader built late)
+    leave the trial to its pairs: giving a lever up is for good."""
     contract = Contract((Check("exit_status"),))
-    run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
-    assert svc.trials.plan(wid, make("dataloader_workers"), "launch_bound", 0.5) is not None
+    noop = SiteReport(True, ())
+
+    def trial(where: str) -> tuple[Any, str]:
+        (tmp_path / where).mkdir()
+        svc = make_service(tmp_path / where)
+        wid = recurring(svc, "train")
+        run_train(svc, contract, 10.0, 1.0)  # the run it was planned on: a line that ran here opens pairs
+        assert svc.trials.plan(wid, make("dataloader_workers"), "launch_bound", 0.5) is not None
+        assert run_train(svc, contract, 10.0, 1.0)[1] == "A"
+        return svc, wid
+
+    svc, wid = trial("acted")
     acted = SiteReport(True, ("GITMD_DATALOADER_WORKERS",))
-    _, arm, _ = run_train(svc, contract, 10.0, 1.0, site=None)
-    assert arm == "A"
     _, arm, env = run_train(svc, contract, 9.9, 1.0, site=acted)  # it acted: the trial goes on
     assert arm == "B" and env["GITMD_DATALOADER_WORKERS"] == "4" and env["GITM_SITE"]
-    _, arm, _ = run_train(svc, contract, 10.1, 1.0, site=None)  # no report: unknown, goes on
+    _, arm, _ = run_train(svc, contract, 10.1, 1.0, site=noop)
     assert arm == "B" and svc.trials.of_workload(wid)[0].state == "running"
     (t,) = svc.trials.of_workload(wid)
-    assert [r.get("site") for r in t.runs] == [
-        None,
+    assert [r.get("site") for r in t.runs][1:] == [
         {"loaded": True, "acted": ["GITMD_DATALOADER_WORKERS"]},
-        None,
+        {"loaded": True, "acted": []},
     ]
-    # another workload's trial of the same lever, in a program its knob never reaches
-    (tmp_path / "b").mkdir()
-    svc2 = make_service(tmp_path / "b")
-    wid2 = recurring(svc2, "train")
-    run_train(svc2, contract, 10.0, 1.0)
-    assert svc2.trials.plan(wid2, make("dataloader_workers"), "launch_bound", 0.5) is not None
-    run_train(svc2, contract, 10.0, 1.0)  # A
-    job, arm, _ = run_train(svc2, contract, 10.0, 1.0, site=SiteReport(True, ()))
-    (t2,) = svc2.trials.of_workload(wid2)
+
+    svc, wid = trial("killed")  # a B run stopped before the program built its DataLoader
+    assert run_train(svc, contract, 3.0, 1.0, exit_code=-15, site=noop)[1] == "B"
+    (t,) = svc.trials.of_workload(wid)  # its exit status is no contract kept: reverted, never "no-op"
+    assert t.state == "reverted" and "not applicable" not in t.decision["reason"], t.decision
+
+    svc, wid = trial("no length")  # a B run with no length by its clock is no evidence of anything
+    assert run_train(svc, contract, None, 1.0, site=noop)[1] == "B"
+    assert run_train(svc, contract, 10.0, 1.0, site=noop)[1] == "B"
+    assert svc.trials.of_workload(wid)[0].state == "running"  # one clean B run: not yet
+
+    svc, wid = trial("unreported")
+    run_train(svc, contract, 10.0, 1.0, site=None)
+    run_train(svc, contract, 10.0, 1.0, site=noop)
+    assert svc.trials.of_workload(wid)[0].state == "running"
+
+    svc, wid = trial("noop")  # a program the knob never reaches
+    first, arm, _ = run_train(svc, contract, 10.0, 1.0, site=noop)
+    assert arm == "B" and svc.trials.of_workload(wid)[0].state == "running"  # one run is not enough
+    second, arm, _ = run_train(svc, contract, 10.0, 1.0, site=noop)
+    (t2,) = svc.trials.of_workload(wid)
     assert arm == "B" and t2.state == "abandoned", t2
-    assert t2.decision["reason"].startswith(f"not applicable: in its run {job}, gitmd's sitecustomize loaded")
-    assert "GITMD_DATALOADER_WORKERS changed nothing" in t2.decision["reason"]
-    assert svc2.workload(wid2).policies == ()
-    _, arm, env = run_train(svc2, contract, 10.0, 1.0, site=SiteReport(True, ()))
+    reason = t2.decision["reason"]
+    assert reason.startswith(f"not applicable: in its B runs {first}, {second}, gitmd's sitecustomize")
+    assert "GITMD_DATALOADER_WORKERS changed nothing" in reason
+    assert svc.workload(wid).policies == ()
+    _, arm, env = run_train(svc, contract, 10.0, 1.0, site=noop)
     assert arm == "-" and "GITMD_DATALOADER_WORKERS" not in env  # the next run goes as it is
 
 
