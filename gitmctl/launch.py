@@ -66,6 +66,10 @@ def read_site_report(path: str) -> tuple[bool, list[str]]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
+        try:
+            os.unlink(path)  # a link the job left in its place: removed, never followed
+        except OSError:
+            pass
         return False, []
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -74,12 +74,15 @@ def oracle(
             tmp.write_text(json.dumps(doc, indent=1))
             os.replace(tmp, keep)  # whole or not at all: a kill mid-write leaves the last one
 
+    pace = [0.0]  # the last pair's length, carried from lever to lever: a pair that would end past
+    # the deadline is not started, whichever lever it belongs to
+
     def measure(name: str, env: dict[str, str]) -> None:
         def so_far(got: dict[str, Any]) -> None:
             out[name] = got
             save()
 
-        out[name] = measure_env(p, env, pairs, logs, timeout_s, deadline, label=name, each=so_far)
+        out[name] = measure_env(p, env, pairs, logs, timeout_s, deadline, label=name, each=so_far, pace=pace)
         save()
 
     for name in chosen:
@@ -99,13 +102,21 @@ def best_of(out: dict[str, Any]) -> dict[str, Any]:
     """The oracle of the levers measured so far (``measured``: any lever has a pair): the best whose
     outputs held, "plain" at 1.0 when none beat the program as it is or every one changed its
     outputs (the best setting that keeps them is none), null when none was measured."""
-    measured = {n: v for n, v in out.items() if v.get("ratios")}
+    measured = {n: v for n, v in out.items() if _measured_lever(v)}
     held = [n for n, v in measured.items() if v.get("outputs_held") and v.get("speedup") is not None]
     best = max(held, key=lambda n: out[n]["speedup"], default=None)
     top = out[best]["speedup"] if best else None
     if measured and (top is None or top < 1):
         best, top = "plain", 1.0
     return {"measured": bool(measured), "levers": out, "best": best, "best_speedup": top}
+
+
+def _measured_lever(v: dict[str, Any]) -> bool:
+    """A lever measured: a pair with a ratio, or outputs that did not hold (a clock never read with
+    outputs that held is no measurement)."""
+    return any(x is not None for x in v.get("ratios") or []) or (
+        bool(v.get("ratios")) and not v.get("outputs_held")
+    )
 
 
 def measure_env(
@@ -117,20 +128,22 @@ def measure_env(
     deadline: float = float("inf"),
     label: str = "lever",
     each: Callable[[dict[str, Any]], None] | None = None,
+    pace: list[float] | None = None,
 ) -> dict[str, Any]:
     """``env`` against plain runs, ``pairs`` AB/BA pairs: each pair's ratio (plain over treated by
     the program's clock), their median, a 95% interval of the geometric mean (t over the log
     ratios; null below 2 pairs), and whether every output held. A pair starts only when it would
     end by ``deadline`` at the length of the last pair (each run's timeout capped to what is left),
-    and ``each`` is given the measurement after every pair."""
+    and ``each`` is given the measurement after every pair. ``pace``: the last pair's length, read
+    and updated here (shared by an oracle's levers)."""
     treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
     ratios: list[float | None] = []
     held = True
     stopped = ""
-    last_s = 0.0
+    pace = pace if pace is not None else [0.0]
     for i in range(pairs):
         left = deadline - time.monotonic()
-        if left <= last_s:
+        if left <= pace[0]:
             stopped = f"budget spent after {i} of {pairs} pairs"
             break
         t0 = time.monotonic()
@@ -142,11 +155,13 @@ def measure_env(
             name = "plain" if arm == "plain" else label
             limit = max(1.0, min(timeout_s, deadline - time.monotonic()))
             got[arm] = run_once(p if arm == "plain" else treated, [], log, limit, label=f"[{name}]")
-            cut = cut or (got[arm]["exit"] is None and limit < timeout_s)
+            if got[arm]["exit"] is None and limit < timeout_s:
+                cut = True
+                break
         if cut:  # a run stopped by the budget, not by its own timeout: no evidence either way
             stopped = f"budget spent during pair {i + 1} of {pairs}"
             break
-        last_s = time.monotonic() - t0
+        pace[0] = time.monotonic() - t0
         a, b = got["plain"], got["lever"]
         held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
         ratios.append(ratio(seconds(p, a), seconds(treated, b)))

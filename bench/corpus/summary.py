@@ -109,7 +109,15 @@ def commit_time(measured_at: dict[str, Any]) -> int:
 def _oracle_levers(doc: dict[str, Any]) -> dict[str, Any]:
     """A file's oracle levers that were measured (a ratio each), by name."""
     levers = (doc.get("oracle") if "oracle" in doc else doc).get("levers") or {}
-    return {n: v for n, v in levers.items() if isinstance(v, dict) and v.get("ratios")}
+    return {
+        n: v
+        for n, v in levers.items()
+        if isinstance(v, dict)
+        and (
+            any(x is not None for x in v.get("ratios") or [])
+            or (v.get("ratios") and not v.get("outputs_held"))
+        )
+    }
 
 
 def merged_oracle(measured: list[tuple[tuple[str, int, str], str, dict[str, Any]]]) -> dict[str, Any]:
@@ -121,7 +129,7 @@ def merged_oracle(measured: list[tuple[tuple[str, int, str], str, dict[str, Any]
     newest: dict[str, tuple[tuple[bool, tuple[str, int, str]], str, dict[str, Any]]] = {}
     for when, raw, levers in measured:
         for name, v in levers.items():
-            rank = (not v.get("stopped") and v.get("speedup") is not None, when)
+            rank = (not v.get("stopped"), when)
             if name not in newest or rank > newest[name][0]:
                 newest[name] = (rank, raw, v)
     if not newest:

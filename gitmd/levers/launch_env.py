@@ -39,8 +39,8 @@ SITE_REPORTED = (
 @dataclass(frozen=True)
 class SiteReport:
     """What gitmd's sitecustomize said it did in a run's processes (through the launcher's
-    GITMD_SITE_REPORT file): ``loaded`` with a knob asked, and the knobs whose variable changed
-    something (``acted``)."""
+    GITMD_SITE_REPORT file): ``loaded``: it adjusted PyTorch in one of them at least (imported, the
+    knobs put in place), and the knobs whose variable changed something (``acted``)."""
 
     loaded: bool
     acted: tuple[str, ...] = ()
@@ -61,8 +61,8 @@ def untouched(values: Mapping[str, str], site: SiteReport | None) -> str:
     if set(knobs) & set(site.acted):
         return ""
     return (
-        f"gitmd's sitecustomize loaded in the run and {', '.join(sorted(knobs))} changed nothing there "
-        "(the program never reached what it changes)"
+        f"gitmd's sitecustomize adjusted PyTorch in the run and {', '.join(sorted(knobs))} changed nothing "
+        "there (the program never reached what it changes)"
     )
 
 

@@ -44,25 +44,40 @@ NOT_APPLICABLE_RUNS = 2  # B runs that must agree the lever changed nothing befo
 
 
 def not_applicable(t: LaunchTrial) -> str:
-    """Why the trial's lever cannot act in this program ("" : it may): its first NOT_APPLICABLE_RUNS
-    B runs that ran to a clean end (exit 0, a length) each had gitmd's sitecustomize loaded and the
-    lever's knobs change nothing in them (launch_env.untouched). A B run killed, failed or crashed
-    before the program reached the knob (a DataLoader built late, a cache emptied at the end) says
-    nothing, and a run with no report or whose knob acted keeps the lever: giving it up is for good
-    on the workload."""
-    values = t.lever_obj().values()
-    ended = [r for r in t.runs if r["arm"] == "B" and r.get("done") and not r.get("crashed")]
-    clean = [r for r in ended if r.get("exit_code") == 0 and r.get("run_s")][:NOT_APPLICABLE_RUNS]
-    if len(clean) < NOT_APPLICABLE_RUNS:
+    """Why the trial's lever cannot act in this program ("" : it may): NOT_APPLICABLE_RUNS B runs of
+    one command line ran to a clean end (exit 0, a length), each with PyTorch adjusted by gitmd's
+    sitecustomize and the lever's knobs changing nothing (launch_env.untouched), and every other B
+    run that ended cleanly agrees. Asked only once no B run is still running (one might yet say its
+    knob acted). A B run killed, failed or crashed before the program reached the knob (a DataLoader
+    built late, a cache emptied at the end) says nothing; one with no report, or whose knob acted,
+    keeps the lever: giving it up is for good on the workload. Each line counts on its own: an
+    evaluation-only line of the program may build no DataLoader where its training line would."""
+    b_runs = [r for r in t.runs if r["arm"] == "B"]
+    if not b_runs or any(not r.get("done") for r in b_runs):
         return ""
-    whys = []
+    values = t.lever_obj().values()
+    clean = [r for r in b_runs if not r.get("crashed") and r.get("exit_code") == 0 and r.get("run_s")]
+    whys: dict[str, tuple[list[str], str]] = {}
     for r in clean:
-        site = r.get("site")
-        why = untouched(values, SiteReport(bool(site["loaded"]), tuple(site["acted"]))) if site else ""
+        why = untouched(values, _site(r.get("site")))
         if not why:
             return ""
-        whys.append(r["job_id"])
-    return f"in its B runs {', '.join(whys)}, {why}"
+        jobs, _ = whys.setdefault(line(r), ([], why))
+        jobs.append(r["job_id"])
+    for jobs, why in whys.values():
+        if len(jobs) >= NOT_APPLICABLE_RUNS:
+            return f"in its B runs {', '.join(jobs)}, {why}"
+    return ""
+
+
+def _site(raw: object) -> SiteReport | None:
+    """A run's stored site report (None: none, or not one this gitmd reads)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("acted"), list):
+        return None
+    try:
+        return SiteReport(bool(raw.get("loaded")), tuple(str(x) for x in raw["acted"]))
+    except ValueError:
+        return None
 
 
 class Trials:

@@ -84,6 +84,13 @@ def test_more_hardware_queues_are_offered_only_for_work_on_more_than_one_stream(
     assert two.levers == LEVERS["launch_bound"] and "work on 2 stream(s)" in two.evidence
     apart = next(c for c in window_report(spread("device"), history=hist).causes if c.name == "launch_bound")
     assert causes_mod.MORE_QUEUES not in apart.levers and "work on 1 stream(s)" in apart.evidence
+    # one stream on each device, their ids apart (device 0 on stream 7, device 1 on 13): one each
+    p = win.processes[0].records
+    k = p.kernels.copy()
+    k["device"], k["stream_id"] = np.arange(len(k)) % 2, np.where(np.arange(len(k)) % 2, 13, 7)
+    assert causes_mod.busy_streams(dataclasses.replace(p, kernels=k)) == 1
+    k["device"] = 0
+    assert causes_mod.busy_streams(dataclasses.replace(p, kernels=k)) == 2
 
 
 def test_context_of_the_planted_loads() -> None:

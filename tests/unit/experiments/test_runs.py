@@ -326,3 +326,22 @@ def test_the_one_pair_slower_stop_needs_its_interval_clear_of_no_effect() -> Non
     assert decide_trial(wide, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[10.0, 12.0]) is None
     tight = trial(run("A", 40.0), run("B", 41.24), lever=lever)
     assert decide_trial(tight, CONTRACT, 3, 0.03, 1.5, earlier_plain_s=[39.9, 40.1, 40.05]) is None
+
+
+def test_the_slower_stop_reads_the_wider_of_its_spreads_and_a_promotion_never_the_observed_one() -> None:
+    """slower_plain_s (the line's runs with the shim too, on the launcher's clock) gives the one-pair
+    slower stop a spread where the plain runs have none; where both exist, the wider is read. A
+    promotion reads only the plain runs' spread: observed runs never make a gain look surer."""
+    lever = "cuda_device_max_connections"
+    slow = trial(run("A", 40.0), run("B", 48.0), lever=lever)  # 20% slower
+    observed = [39.8, 40.2]
+    d = decide_trial(slow, CONTRACT, 3, 0.03, 1.5, slower_plain_s=observed)
+    assert d is not None and not d.promote and "stopped after 1 of 3 pairs" in d.reason
+    # the plain runs' spread is the wider (20%): it decides, and 20% slower is within 3 x that
+    assert decide_trial(slow, CONTRACT, 3, 0.03, 1.5, [36.0, 40.0, 44.0], slower_plain_s=observed) is None
+    # the observed runs' spread is the wider: it decides
+    assert decide_trial(slow, CONTRACT, 3, 0.03, 1.5, [39.8, 40.2], slower_plain_s=[36.0, 44.0]) is None
+    # a gain one pair would promote on a 1% plain spread: not on the observed runs alone
+    fast = trial(run("A", 40.0), run("B", 12.0, 1.001))
+    assert decide_trial(fast, CONTRACT, 3, 0.03, 1.5, slower_plain_s=[39.8, 40.2]) is None
+    assert decide_trial(fast, CONTRACT, 3, 0.03, 1.5, [39.8, 40.2], slower_plain_s=[39.8, 40.2]) is not None

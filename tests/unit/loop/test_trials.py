@@ -535,3 +535,41 @@ def test_a_lever_slower_in_its_first_pair_stops_on_the_spread_of_its_lines_obser
     (t,) = svc.trials.of_workload(wid)
     assert t.state == "reverted" and "stopped after 1 of 3 pairs" in t.decision["reason"], t.decision
     assert run(10.0)[0] == "-"  # no second B run
+
+
+def test_what_gives_a_lever_up_as_not_applicable() -> None:
+    """not_applicable on a trial's runs as recorded: two clean B runs of one command line, each with
+    PyTorch adjusted and the knob changing nothing, and no B run saying otherwise. Not: a failed or
+    killed or crashed B run among the two, a B run still running, a B run of another line whose knob
+    acted, two agreeing B runs of two different lines, or a stored report this gitmd cannot read."""
+    from gitmd.experiments.runs import LaunchTrial
+    from gitmd.loop.trials import not_applicable
+
+    noop = {"loaded": True, "acted": []}
+
+    def b(job: str, line: str = "L", exit_code: int = 0, **kw: object) -> dict[str, object]:
+        return {"job_id": job, "arm": "B", "done": True, "exit_code": exit_code, "run_s": 10.0,
+                "command": line, "site": noop, **kw}  # fmt: skip
+
+    def of(*runs: dict[str, object]) -> str:
+        a = {"job_id": "a", "arm": "A", "done": True, "exit_code": 0, "run_s": 10.0, "command": "L"}
+        return not_applicable(
+            LaunchTrial(1, "w", "dataloader_workers", {}, "launch_bound", "running", [a, *runs])
+        )
+
+    assert of(b("b1"), b("b2")).startswith("in its B runs b1, b2, gitmd's sitecustomize")
+    assert of(b("b1")) == ""  # one is not enough
+    assert of(b("b1"), b("b2", exit_code=1)) == ""  # failed: says nothing
+    assert of(b("b1"), b("b2", exit_code=-15)) == ""  # stopped
+    assert of(b("b1"), b("b2", crashed="SIGSEGV")) == ""
+    assert of(b("b1"), b("b2", run_s=None)) == ""  # no length
+    assert of(b("b1"), b("b2"), b("b3", done=False)) == ""  # one still running may yet say it acted
+    assert (
+        of(b("b1"), b("b2"), b("b3", line="M", site={"loaded": True, "acted": ["GITMD_DATALOADER_WORKERS"]}))
+        == ""
+    )
+    assert of(b("b1"), b("b2", line="M")) == ""  # one each of two lines
+    assert of(b("b1"), b("b2", line="M"), b("b3")).startswith("in its B runs b1, b3,")
+    assert of(b("b1"), b("b2", site={"loaded": "x", "acted": ["PATH"]})) == ""  # unreadable: unknown
+    assert of(b("b1"), b("b2", site=None)) == ""
+    assert of(b("b1"), b("b2", site={"loaded": False, "acted": []})) == ""  # PyTorch never adjusted
