@@ -17,7 +17,9 @@ from typing import Any
 from bench.corpus.summary import interval
 from bench.crash_soak import Program, run_once
 from bench.harness import Gitmd
+from gitmctl.launch import read_site_report, site_report_file
 from gitmd.api.pb import pb
+from gitmd.levers.launch_env import SITE_REPORTED, SiteReport, job_environment, untouched
 
 SITE = {"GITM_SITE"}  # shared by every lever that acts through gitmd's sitecustomize: no overlap
 
@@ -102,7 +104,7 @@ def best_of(out: dict[str, Any]) -> dict[str, Any]:
     """The oracle of the levers measured so far (``measured``: any lever has a pair): the best whose
     outputs held, "plain" at 1.0 when none beat the program as it is or every one changed its
     outputs (the best setting that keeps them is none), null when none was measured."""
-    measured = {n: v for n, v in out.items() if _measured_lever(v)}
+    measured = {n: v for n, v in out.items() if _measured_lever(v) and not v.get("not_applicable")}
     held = [n for n, v in measured.items() if v.get("outputs_held") and v.get("speedup") is not None]
     best = max(held, key=lambda n: out[n]["speedup"], default=None)
     top = out[best]["speedup"] if best else None
@@ -135,8 +137,19 @@ def measure_env(
     ratios; null below 2 pairs), and whether every output held. A pair starts only when it would
     end by ``deadline`` at the length of the last pair (each run's timeout capped to what is left),
     and ``each`` is given the measurement after every pair. ``pace``: the last pair's length, read
-    and updated here (shared by an oracle's levers)."""
-    treated = Program(p.name, p.argv, p.cwd, {**p.env, **env}, p.output, p.clock, p.clock_stream)
+    and updated here (shared by an oracle's levers).
+
+    The treated runs get the environment a launcher gives a plan (gitmd's site directory first on
+    PYTHONPATH for a framework knob: before 2026-12-05 it was not, and no knob of gitmd's
+    sitecustomize could act in an oracle run). A lever whose every variable is such a knob that
+    reports (launch_env.SITE_REPORTED) is run with the site's report file: when its first pair's
+    treated run adjusted PyTorch and the knob changed nothing, the lever cannot act in this program
+    and gets no more pairs (``not_applicable``; its one pair is kept, never its best)."""
+    launched = job_environment({**os.environ, **p.env}, env)  # as `gitmctl run` gives the plan
+    treated = Program(p.name, p.argv, p.cwd, launched, p.output, p.clock, p.clock_stream)
+    reported = all(k in SITE_REPORTED for k in env if k != "GITM_SITE") and any(
+        k in SITE_REPORTED for k in env
+    )
     ratios: list[float | None] = []
     held = True
     stopped = ""
@@ -154,7 +167,16 @@ def measure_env(
             log = logs / f"{p.name}-oracle.log"
             name = "plain" if arm == "plain" else label
             limit = max(1.0, min(timeout_s, deadline - time.monotonic()))
-            got[arm] = run_once(p if arm == "plain" else treated, [], log, limit, label=f"[{name}]")
+            prog, report = p, ""
+            if arm == "lever":
+                prog = treated
+                if reported:
+                    report = site_report_file(extra := {}, treated.env)
+                    prog = Program(p.name, p.argv, p.cwd, {**treated.env, **extra}, p.output, p.clock,
+                                   p.clock_stream)  # fmt: skip
+            got[arm] = run_once(prog, [], log, limit, label=f"[{name}]")
+            if report:
+                got[arm]["site"] = read_site_report(report)
             if got[arm]["exit"] is None and limit < timeout_s:
                 cut = True
                 break
@@ -165,6 +187,10 @@ def measure_env(
         a, b = got["plain"], got["lever"]
         held = held and b["exit"] == a["exit"] and b["out"] == a["out"]
         ratios.append(ratio(seconds(p, a), seconds(treated, b)))
+        site = b.get("site")
+        why = untouched(env, SiteReport(site[0], tuple(site[1]))) if site and b["exit"] == 0 else ""
+        if why:
+            return {**_measured(env, ratios, held, ""), "not_applicable": why}
         if each is not None and i + 1 < pairs:
             each(_measured(env, ratios, held, f"{i + 1} of {pairs} pairs so far"))
     if not ratios:

@@ -323,8 +323,8 @@ def write_program(
 ) -> None:
     """The program's raw file (<out>/corpus-<program>.json) and its row of the printed table; with
     no run (``--runs 0``, or the budget spent in its oracle) the file holds its oracle alone."""
-    if not runs and not orc.get("measured"):
-        return
+    if not runs and not any(v.get("ratios") for v in orc.get("levers", {}).values()):
+        return  # nothing ran: no raw file claims otherwise
     meta = ctx["meta"]
     s = summarise(runs)
     doc = {

@@ -107,12 +107,14 @@ def commit_time(measured_at: dict[str, Any]) -> int:
 
 
 def _oracle_levers(doc: dict[str, Any]) -> dict[str, Any]:
-    """A file's oracle levers that were measured (a ratio each), by name."""
+    """A file's oracle levers that were measured (a ratio each, or outputs that changed), by name;
+    not one found not applicable (its knob changed nothing in the program)."""
     levers = (doc.get("oracle") if "oracle" in doc else doc).get("levers") or {}
     return {
         n: v
         for n, v in levers.items()
         if isinstance(v, dict)
+        and not v.get("not_applicable")
         and (
             any(x is not None for x in v.get("ratios") or [])
             or (v.get("ratios") and not v.get("outputs_held"))

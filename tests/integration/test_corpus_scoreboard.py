@@ -173,3 +173,39 @@ def test_an_oracle_measured_in_parts_is_merged_by_the_summary(short_tmp: Path) -
     levers = {**doc["oracle"]["levers"], **later["oracle"]["levers"]}
     top = max(v["speedup"] for v in levers.values())
     assert row["oracle_speedup"] == (top if top >= 1 else 1.0)
+
+
+def test_the_oracle_runs_site_levers_as_a_launcher_does_and_stops_one_that_changes_nothing(
+    short_tmp: Path,
+) -> None:
+    """A lever acting through gitmd's sitecustomize gets the site first on PYTHONPATH, as `gitmctl run`
+    gives a plan (before, the oracle never put it there: no such knob could act). The program imports
+    PyTorch (a stand-in package beside it) and builds no DataLoader: the site's report says the knob
+    changed nothing, so the lever gets one pair, not three, and is never the oracle's best."""
+    manifest = toy_corpus(short_tmp)
+    manifest.write_text(
+        manifest.read_text().replace('kind = "cpu-test"', 'kind = "cpu-test"\nneeds = ["torch"]')
+    )
+    fake = short_tmp / "src" / "acme+toy" / "torch"
+    (fake / "utils" / "data").mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "class cuda:\n    @staticmethod\n    def is_available(): return False\n"
+    )
+    (fake / "utils" / "__init__.py").write_text("")
+    (fake / "utils" / "data" / "__init__.py").write_text("class DataLoader:\n    pass\n")
+    toy = short_tmp / "src" / "acme+toy" / "toy.py"
+    toy.write_text("import sys, torch\nprint('site' if any('site' in p for p in sys.path) else '')\n" + PROG)
+    out = short_tmp / "results" / "2026-12-05-corpus-site"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "0",
+         "--oracle-levers", "dataloader_workers", "--oracle-pairs", "3", "--out", str(out),
+         "--manifest", str(manifest), "--src", str(short_tmp / "src"), "--backend", "sim"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((out / "corpus-toy.json").read_text())
+    lever = doc["oracle"]["levers"]["dataloader_workers"]
+    assert len(lever["ratios"]) == 1 and "GITMD_DATALOADER_WORKERS changed nothing" in lever["not_applicable"]
+    assert doc["oracle"]["best"] is None and not doc["oracle"]["measured"]
+    log = (out / "logs" / "toy-oracle.log").read_text()
+    assert log.count("=== toy [dataloader_workers]") == 1
