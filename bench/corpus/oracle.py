@@ -56,13 +56,25 @@ def oracle(
     never started is "not measured". ``keep``: the oracle so far is written there after every pair,
     whole or not at all, with ``stamp`` (when and at which commit: the summary orders it by them),
     so a call killed mid-oracle keeps what it measured (H200 2026-12-05: 32 runs of an oracle lost
-    to a call's limit)."""
+    to a call's limit). ``levers`` may name a pair, "a+b" (their settings together: the best pair of
+    an oracle measured in parts, where no one call measured both); a name the catalog does not
+    have is refused (ValueError) before anything runs."""
     if levers == []:
         return {"measured": False, "levers": {}}
     catalog = g.stub().ListLevers(pb.ListLeversRequest(), timeout=30).levers
     launch = {lv.name: dict(lv.env) for lv in catalog if lv.launch and lv.env}
     through = {lv.name: lv.acts_through for lv in catalog}
-    chosen = [n for n in (levers or sorted(launch)) if n in launch]
+    named = [n for n in (levers or []) if "+" in n]
+    bad = [n for n in (levers or []) if any(x not in launch for x in n.split("+"))]
+    bad += [n for n in named if len(set(n.split("+"))) < 2 or _overlap(*(launch[x] for x in n.split("+")))]
+    if bad:
+        raise ValueError(
+            f"not launch levers of the catalog, or a pair whose variables overlap: {sorted(set(bad))}"
+        )
+    for n in named:
+        launch[n] = {k: v for x in n.split("+") for k, v in launch[x].items()}
+        through[n] = next((through[x] for x in n.split("+") if through[x]), "")
+    chosen = [n for n in (levers or sorted(x for x in launch if "+" not in x)) if n in launch]
     out: dict[str, Any] = {}
     for name in [n for n in chosen if through[n] and through[n] not in uses]:
         why = f"acts through {through[name]}, which it does not use"
@@ -89,15 +101,26 @@ def oracle(
 
     for name in chosen:
         measure(name, launch[name])
-    held = [n for n in chosen if out[n].get("outputs_held") and (out[n].get("speedup") or 0) > 1]
+    held = [
+        n for n in chosen if "+" not in n and out[n].get("outputs_held") and (out[n].get("speedup") or 0) > 1
+    ]
     held.sort(key=lambda n: out[n]["speedup"], reverse=True)
     # the best pair: the two best levers that held, when their variables do not overlap
-    apart = [
-        (a, b) for i, a in enumerate(held) for b in held[i + 1 :] if set(launch[a]) & set(launch[b]) <= SITE
-    ]
-    if apart:
+    apart = [(a, b) for i, a in enumerate(held) for b in held[i + 1 :] if not _overlap(launch[a], launch[b])]
+    if apart and "+".join(apart[0]) not in out:
         measure("+".join(apart[0]), {**launch[apart[0][0]], **launch[apart[0][1]]})
     return best_of(out)
+
+
+def _overlap(*envs: dict[str, str]) -> bool:
+    """Whether two levers' settings set one variable (gitmd's site directory, shared by every
+    framework knob, aside)."""
+    seen: set[str] = set()
+    for env in envs:
+        if (set(env) - SITE) & seen:
+            return True
+        seen |= set(env) - SITE
+    return False
 
 
 def best_of(out: dict[str, Any]) -> dict[str, Any]:

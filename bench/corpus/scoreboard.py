@@ -14,11 +14,11 @@ raw file. A figure that was not measured is null, never an estimate.
 - **oracle**: each launch lever of gitmd's catalog (`ListLevers`, its default setting, the
   environment it produces) against plain runs, `--oracle-pairs` AB/BA pairs each; the best lever
   whose outputs held (bench/corpus/oracle.py). `--oracle-levers none` skips it; `a,b` names the
-  levers. No oracle pair starts that would end past `--budget-s` (at the last pair's length), and
-  `<out>/oracle-<program>.json` is replaced after every pair, so a call killed mid-oracle keeps what it
-  measured. An oracle too long
-  for one call is measured in parts: `--runs 0 --oracle-levers a,b` in one call, `c,d` in the next;
-  the summary merges them, each lever's newest.
+  levers, `a+b` a pair of them. No oracle pair starts that would end past `--budget-s` (at the last
+  pair's length), and `<out>/oracle-<program>.json` is replaced after every pair, so a call killed
+  mid-oracle keeps what it measured. An oracle too long for one call is measured in parts:
+  `--runs 0 --oracle-levers a,b` in one call, `c,d` in the next, then the best two together as
+  `a+c`; the summary merges them, each lever's newest.
 - **runs**: run i is a pair, plain and gitmd, in alternating order; its ratio is plain time over
   gitmd time by the program's clock (its log line, or the run's wall time where its clock is
   "wall"), >1 faster. Its cost is how much slower it was (0 when faster). The first run whose
@@ -66,6 +66,7 @@ from bench.crash_soak import (  # noqa: E402
 )
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
+from gitmd.levers.describe import catalog  # noqa: E402
 
 POLICY_NOTE = "launching with its validated policy"
 # each job's newest window kept (gitmctl trace --raw's format) and archived per program
@@ -412,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     split_file = a.manifest.parent / "split.toml"
     halves = tomllib.loads(split_file.read_text()).get("program", {}) if split_file.exists() else {}
     levers = [] if a.oracle_levers == "none" else [x for x in a.oracle_levers.split(",") if x] or None
+    launch = {i.name for i in catalog() if i.launch and i.env}
+    unknown = sorted({x for n in levers or [] for x in n.split("+") if x not in launch})
+    if unknown:
+        ap.error(f"--oracle-levers: not launch levers {unknown}; known: {sorted(launch)} (a pair: a+b)")
     a.out.mkdir(parents=True, exist_ok=True)
     peaks = gpu_peaks(sorted({meta[n]["work"]["peak"] for n in names if "work" in meta[n]}), a.timeout_s)
     logs = a.out / "logs"

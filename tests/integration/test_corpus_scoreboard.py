@@ -153,9 +153,13 @@ def test_an_oracle_measured_in_parts_is_merged_by_the_summary(short_tmp: Path) -
     assert kept["partial"] and set(kept["levers"]) == {"cuda_device_max_connections"}
     log = (first / "logs" / "toy-oracle.log").read_text()
     assert "=== toy [cuda_device_max_connections]" in log and "=== toy [plain]" in log
+    bad = subprocess.run([*base, "--runs", "0", "--oracle-levers", "cpu_threads+nope", "--out", str(first)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "not launch levers ['nope']" in bad.stderr  # refused, nothing ran
     second = short_tmp / "results" / "2026-12-06-corpus-b"
     r = subprocess.run(
-        [*base, "--runs", "1", "--oracle-levers", "cpu_threads", "--out", str(second)],
+        [*base, "--runs", "1", "--oracle-levers", "cpu_threads,cpu_threads+cuda_device_max_connections",
+         "--out", str(second)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
@@ -167,7 +171,14 @@ def test_an_oracle_measured_in_parts_is_merged_by_the_summary(short_tmp: Path) -
     )  # fmt: skip
     assert s.returncode == 0, s.stderr
     (row,) = json.loads((short_tmp / "summary.json").read_text())["programs"]
-    assert row["oracle_levers"] == ["cpu_threads", "cuda_device_max_connections"]
+    # the pair of an oracle in parts, measured as one setting (both variables in its runs)
+    pair = later["oracle"]["levers"]["cpu_threads+cuda_device_max_connections"]
+    assert set(pair["env"]) == {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS"}
+    assert row["oracle_levers"] == [
+        "cpu_threads",
+        "cpu_threads+cuda_device_max_connections",
+        "cuda_device_max_connections",
+    ]
     assert len(row["oracle_raw"]) == 2 and row["raw"].endswith("2026-12-06-corpus-b/corpus-toy.json")
     assert row["runs"] == 1 and row["worst_run_cost"] == later["summary"]["worst_run_cost"]
     levers = {**doc["oracle"]["levers"], **later["oracle"]["levers"]}
