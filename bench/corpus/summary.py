@@ -106,20 +106,20 @@ def commit_time(measured_at: dict[str, Any]) -> int:
     return int(got.stdout.strip()) if got.returncode == 0 and got.stdout.strip().isdigit() else 0
 
 
+def measured_lever(v: Any) -> bool:
+    """An oracle lever measured: a pair with a ratio, or outputs that did not hold (a clock never
+    read with outputs that held is no measurement), and not found not applicable (its knob changed
+    nothing in the program). The oracle's best and the summary's merge both count these."""
+    if not isinstance(v, dict) or v.get("not_applicable"):
+        return False
+    ratios = v.get("ratios") or []
+    return any(x is not None for x in ratios) or (bool(ratios) and not v.get("outputs_held"))
+
+
 def _oracle_levers(doc: dict[str, Any]) -> dict[str, Any]:
-    """A file's oracle levers that were measured (a ratio each, or outputs that changed), by name;
-    not one found not applicable (its knob changed nothing in the program)."""
+    """A file's oracle levers that were measured (measured_lever), by name."""
     levers = (doc.get("oracle") if "oracle" in doc else doc).get("levers") or {}
-    return {
-        n: v
-        for n, v in levers.items()
-        if isinstance(v, dict)
-        and not v.get("not_applicable")
-        and (
-            any(x is not None for x in v.get("ratios") or [])
-            or (v.get("ratios") and not v.get("outputs_held"))
-        )
-    }
+    return {n: v for n, v in levers.items() if measured_lever(v)}
 
 
 def merged_oracle(measured: list[tuple[tuple[str, int, str], str, dict[str, Any]]]) -> dict[str, Any]:

@@ -44,14 +44,21 @@ def toy_corpus(top: Path) -> Path:
     return manifest
 
 
+def scoreboard(top: Path, manifest: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """bench/corpus/scoreboard.py on the toy corpus under ``top``, on the simulated backend."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", *args,
+         "--out", str(out), "--manifest", str(manifest), "--src", str(top / "src"), "--backend", "sim"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
 def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path) -> None:
     manifest = toy_corpus(short_tmp)
     out = short_tmp / "results" / "2026-12-03-corpus-test"
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "2",
-         "--oracle-levers", "cuda_device_max_connections", "--oracle-pairs", "1", "--out", str(out),
-         "--manifest", str(manifest), "--src", str(short_tmp / "src"), "--backend", "sim"],
-        capture_output=True, text=True, timeout=300,
+    r = scoreboard(
+        short_tmp, manifest, out, "--runs", "2", "--oracle-levers", "cuda_device_max_connections",
+        "--oracle-pairs", "1",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "corpus-toy.json").read_text())
@@ -204,15 +211,10 @@ def test_the_oracle_runs_site_levers_as_a_launcher_does_and_stops_one_that_chang
     )
     (fake / "utils" / "__init__.py").write_text("")
     (fake / "utils" / "data" / "__init__.py").write_text("class DataLoader:\n    pass\n")
-    toy = short_tmp / "src" / "acme+toy" / "toy.py"
-    toy.write_text("import sys, torch\nprint('site' if any('site' in p for p in sys.path) else '')\n" + PROG)
+    (short_tmp / "src" / "acme+toy" / "toy.py").write_text("import torch\n" + PROG)
     out = short_tmp / "results" / "2026-12-05-corpus-site"
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "bench/corpus/scoreboard.py"), "--programs", "toy", "--runs", "0",
-         "--oracle-levers", "dataloader_workers", "--oracle-pairs", "3", "--out", str(out),
-         "--manifest", str(manifest), "--src", str(short_tmp / "src"), "--backend", "sim"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = scoreboard(short_tmp, manifest, out, "--runs", "0", "--oracle-levers", "dataloader_workers",
+                   "--oracle-pairs", "3")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "corpus-toy.json").read_text())
     lever = doc["oracle"]["levers"]["dataloader_workers"]

@@ -86,3 +86,13 @@ def test_the_site_report_file_is_made_only_for_a_plan_with_the_site_and_read_bac
     monkeypatch.setenv(SITE_REPORT_VAR, "/tmp/outer.txt")
     env = {**plan, SITE_REPORT_VAR: "/tmp/outer.txt"}
     assert site_report_file(env, plan) == "" and env[SITE_REPORT_VAR] == "/tmp/outer.txt"
+
+
+def test_the_launchers_site_report_bounds_are_the_daemons() -> None:
+    """gitmctl reads back only what gitmd accepts (it refuses a report outside these bounds): one
+    regex and one count, kept apart so that gitmctl run imports no lever code."""
+    from gitmctl import launch
+    from gitmd.levers import launch_env
+
+    assert launch.MAX_ACTED == launch_env.MAX_ACTED
+    assert launch._KNOB.pattern == launch_env.KNOB_NAME.pattern

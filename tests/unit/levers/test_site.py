@@ -50,9 +50,10 @@ def test_a_job_without_the_framework_runs_unchanged_and_its_own_sitecustomize_st
     assert r.returncode == 7 and r.stdout.split() == ["loaded", "False"] and r.stderr == ""
 
 
-def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> None:
-    # a package named torch with the attributes the knobs touch (PyTorch itself: on the H200)
-    pkg = tmp_path / "fw" / "torch"
+def fake_torch(top: Path) -> Path:
+    """A package named torch under ``top``/fw with the attributes the knobs touch (PyTorch itself:
+    on the H200, tests/gpu/test_site_report.py); the folder to put on PYTHONPATH."""
+    pkg = top / "fw" / "torch"
     (pkg / "utils" / "data").mkdir(parents=True)
     (pkg / "__init__.py").write_text(
         "class _C: benchmark = False\nclass backends: cudnn = _C\n"
@@ -65,6 +66,11 @@ def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> No
         "                 batch_sampler=None, num_workers=0, collate_fn=None, pin_memory=False):\n"
         "        self.pin_memory, self.num_workers = pin_memory, num_workers\n"
     )
+    return top / "fw"
+
+
+def test_the_framework_is_adjusted_when_the_job_imports_it(tmp_path: Path) -> None:
+    pkg = fake_torch(tmp_path) / "torch"
     code = (
         "import torch, torch.utils.data as d\n"
         "torch.cuda.empty_cache()\n"
@@ -96,17 +102,7 @@ def test_the_site_reports_what_it_changed_to_the_launchers_file(tmp_path: Path) 
     are in place, and a knob's variable once that knob changed something. A job that builds no
     DataLoader and never empties the cache reports the site alone; the job's own choices are no
     change either; a process that never imports PyTorch says nothing."""
-    pkg = tmp_path / "fw" / "torch"
-    (pkg / "utils" / "data").mkdir(parents=True)
-    (pkg / "__init__.py").write_text(
-        "class cuda:\n    emptied = 0\n    @staticmethod\n    def is_available(): return True\n"
-        "    @staticmethod\n    def empty_cache(): cuda.emptied += 1\n"
-    )
-    (pkg / "utils" / "__init__.py").write_text("")
-    (pkg / "utils" / "data" / "__init__.py").write_text(
-        "class DataLoader:\n    def __init__(self, dataset, num_workers=0, pin_memory=False):\n"
-        "        self.num_workers = num_workers\n"
-    )
+    fake_torch(tmp_path)
     knobs = {"GITMD_DATALOADER_WORKERS": "4", "GITMD_KEEP_CACHE": "1"}
 
     def report(code: str) -> list[str]:
