@@ -228,8 +228,9 @@ class Service:
         metrics: dict[str, list[float]] | None = None,
         wall_s: float | None = None,
         site: SiteReport | None = None,
+        cuda_s: float | None = None,
     ) -> JobView:
-        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s, site)
+        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s, site, cuda_s)
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         return self.loop.exits.reap(now_ns)

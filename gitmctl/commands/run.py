@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
-from gitmctl.launch import is_number, job_environment, read_site_report, site_report_file
+from gitmctl.launch import (
+    clock_file,
+    is_number,
+    job_environment,
+    read_clock,
+    read_site_report,
+    site_report_file,
+)
 
 NAME = "run"
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -165,12 +172,15 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     except re.error:
         scan = []  # gitmd checked it; never stop the job over it
     report = site_report_file(env, resp.plan.env) if client is not None else ""
-    started = time.monotonic()
+    stamps = clock_file(env, resp.plan.env, os.environ) if client is not None else ""
+    started = time.monotonic_ns()
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
     except BaseException as e:
         if report:
             read_site_report(report)  # removed
+        if stamps:
+            read_clock(stamps, 0, 0)  # removed
         if not isinstance(e, OSError):
             raise
         print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
@@ -200,13 +210,16 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             if len(found) < MAX_METRIC_VALUES:
                 found += [float(m) for m in scan[0].findall(line.decode("utf-8", "replace")) if is_number(m)]
     status = child.wait()
-    wall_s = time.monotonic() - started  # the run's length where gitmd gave it no shim (its only clock)
+    ended = time.monotonic_ns()
+    wall_s = (ended - started) / 1e9  # the run's length where gitmd gave it no shim
+    # and from its CUDA start, where gitmd gave it the clock library instead
+    cuda_s = read_clock(stamps, started, ended) if stamps else None
     metrics = [pb.StdoutMetric(regex=metric, values=found)] if scan else []
     site = None
     if report:
         loaded, acted = read_site_report(report)
         site = pb.SiteReport(loaded=loaded, acted=acted)
-    _report(client, job_id, status, args.verbose, metrics, wall_s, site)
+    _report(client, job_id, status, args.verbose, metrics, wall_s, site, cuda_s)
     return 128 - status if status < 0 else status
 
 
@@ -230,11 +243,14 @@ def _report(
     metrics: list[Any] | None = None,
     wall_s: float = 0.0,
     site: Any = None,
+    cuda_s: float | None = None,
 ) -> None:
     if client is None or not job_id:
         return
     try:
-        req = pb.ReportJobExitRequest(job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s)
+        req = pb.ReportJobExitRequest(
+            job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s, cuda_s=cuda_s or 0.0
+        )
         if site is not None:
             req.site.CopyFrom(site)
         client.call(client.stub.ReportJobExit, req)

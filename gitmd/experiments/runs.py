@@ -11,7 +11,9 @@ windows where the program's own batches showed ~1.0x, H200 2026-12-03). A job th
 gets faster runs; one that runs for a fixed time shows no gain, so nothing is promoted — never a
 false gain. Its outputs for the contract are its exit status and the stdout metric values its
 launcher reported at exit. A run that goes without the shim (gitmctl run times it: Launch.register)
-is timed by its launcher instead, exec to exit; a trial's pairs compare runs on one clock only (a
+is timed from its CUDA initialisation by the stamps of gitmd's clock library, loaded in the shim's
+place (clock "cuda_s": the same milestones, no CUPTI), or where no stamp came back by its launcher,
+exec to exit ("wall_s"); a trial's pairs compare runs on one clock only (a
 pair off the trial's clock, the latest measured run's, is spoiled). Once ``rounds`` pairs are
 complete the trial is decided like any experiment (paired t interval: run_decision.py; the contract
 must hold in every pair); a promoted lever becomes a validated policy of the workload, so the next launch gets
@@ -62,6 +64,8 @@ MAX_FRESH = 12
 # what a trial run's length is, by the clock it was taken on (the policy's evidence says which)
 METRICS = {
     "run_s": "run_s: the run's own clock, CUDA initialisation to exit",
+    "cuda_s": "cuda_s: the run's own clock, CUDA initialisation to exit, stamped by gitmd's clock library "
+    "(the runs went without the shim)",
     "wall_s": "wall_s: the launcher's clock, exec to exit (the runs went without the shim)",
 }
 

@@ -42,6 +42,25 @@ def _of(command: Command | None, other: bool = False) -> tuple[str, list[object]
     ]
 
 
+# A run's length on each clock, as the jobs table holds it: the column, and which runs have it.
+# "run_s": its first process's CUDA initialisation to its last exit, whoever timed it: the shim
+# (its ring's creation to the last exit), or gitmd's clock library for a run that went without the
+# shim; "cuda_s": the same column, of runs that went without the shim only (no CUPTI: a launch
+# trial's arm, a resting run); "wall_s": the launcher's, exec to exit.
+CLOCKS = ("run_s", "cuda_s", "wall_s")
+
+
+def _clock(clock: str, with_shim: bool = False) -> tuple[str, str]:
+    """The column that holds ``clock`` and the SQL that keeps the runs measured on it; ``with_shim``:
+    for "cuda_s" and "wall_s", the runs that had the shim too (on the same milestones, holding
+    gitmd's own cost: a wider spread, for a slower lever's stop only)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}")
+    if clock == "run_s":
+        return "run_s", ""
+    return ("run_s" if clock == "cuda_s" else "wall_s"), ("" if with_shim else "AND capture = 0 ")
+
+
 class RunHistory:
     store: Store
 
@@ -57,8 +76,8 @@ class RunHistory:
         """How long each of the latest ``runs`` runs of ``launch_key`` (of ``command`` only; or,
         ``other``, of every other command line) that exited cleanly (exit code 0, or none reported)
         before ``before_ns`` lasted, newest first: a failed run says nothing of how long the program
-        runs. ``clock``: "registration" (registration to exit) or "run_s" (the shim's: its first
-        process's CUDA start to the last exit; runs that had the shim only)."""
+        runs. ``clock``: "registration" (registration to exit) or "run_s" (its first process's CUDA
+        start to the last exit: the shim's, or the clock library's for a run without it)."""
         if not launch_key:
             return []
         if clock not in ("registration", "run_s"):
@@ -224,20 +243,17 @@ class RunHistory:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` with this policy that had no
         capture window and were no launch trial's run (their cost record says arm ""), ended
         cleanly, less ``exclude``: what the program takes when gitmd only launches it. ``clock``:
-        "run_s" (CUDA's start to the last exit, from the shim) or "wall_s" (exec to exit, from the
-        launcher; the clock of runs that went without the shim)."""
+        one of CLOCKS; on "cuda_s" and "wall_s", runs without the shim only (CUPTI merely loaded
+        costs a run too)."""
         if not launch_key:
             return []
-        if clock not in ("run_s", "wall_s"):
-            raise ValueError(f"unknown clock {clock!r}")
-        # on the launcher's clock, runs without the shim only: CUPTI merely loaded costs a run too
-        shimless = "AND capture = 0 " if clock == "wall_s" else ""
+        column, which = _clock(clock)
         same, args = _of(command)
         with self.store.reading() as db:
             rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
-                f"AND exit_code = 0 AND crash = '' AND {clock} > 0 AND windows = 0 "
-                f"AND policy_id = ? {shimless}"
+                f"SELECT id, {column} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
+                f"AND exit_code = 0 AND crash = '' AND {column} > 0 AND windows = 0 "
+                f"AND policy_id = ? {which}"
                 "AND (CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END) = '' "
                 "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, *args, policy_id, runs + len(exclude)],
@@ -255,19 +271,17 @@ class RunHistory:
     ) -> list[float]:
         """The run lengths of the latest ``runs`` runs of ``launch_key`` that ended cleanly with no
         policy, no crash and no launch trial's lever (its B arm), less ``exclude`` (job ids): the
-        workload's run-to-run spread. ``clock``: "run_s" (the shim's) or "wall_s" (the launcher's;
-        runs that went without the shim only, unless ``with_shim``: then those that had it too, whose
-        lengths hold gitmd's own cost)."""
+        workload's run-to-run spread. ``clock``: one of CLOCKS; on "cuda_s" and "wall_s", runs that
+        went without the shim only, unless ``with_shim``: then those that had it too, whose lengths
+        hold gitmd's own cost."""
         if not launch_key:
             return []
-        if clock not in ("run_s", "wall_s"):
-            raise ValueError(f"unknown clock {clock!r}")
-        shimless = "AND capture = 0 " if clock == "wall_s" and not with_shim else ""
+        column, which = _clock(clock, with_shim)
         same, args = _of(command)
         with self.store.reading() as db:
             rows = db.query(
-                f"SELECT id, {clock} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
-                f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {clock} > 0 {shimless}"
+                f"SELECT id, {column} AS t FROM jobs WHERE launch_key = ? {same}AND state = 'exited' "
+                f"AND exit_code = 0 AND policy_id = 0 AND crash = '' AND {column} > 0 {which}"
                 "AND COALESCE(CASE WHEN json_valid(cost) THEN json_extract(cost, '$.arm') END, '') != 'B' "
                 "ORDER BY created_ns DESC LIMIT ?",
                 [launch_key, *args, runs + len(exclude)],

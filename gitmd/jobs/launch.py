@@ -10,6 +10,8 @@ from pathlib import Path
 INSTALLED_SHIM = Path("/usr/lib/gitmd/libgitm_shim.so")
 SOURCE_SHIM = Path(__file__).resolve().parents[2] / "shim" / "build" / "libgitm_shim.so"
 GUARD_NAME = "libgitm_guard.so"
+CLOCK_NAME = "libgitm_clock.so"
+CLOCK_PLAN_VAR = "GITM_CLOCK"  # gitmctl/launch.py: the launcher's side
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,33 @@ def find_guard(shim: Path) -> Path | None:
     return guard if guard.is_file() else None
 
 
+def find_clock(shim: Path) -> Path | None:
+    """libgitm_clock.so (shim/src/clock.c), built and installed next to the shim; None if absent."""
+    clock = shim.parent / CLOCK_NAME
+    return clock if clock.is_file() else None
+
+
 # what build_plan adds for the shim (GITM_JOB_ID stays: it names the job to gitmd's sitecustomize)
 SHIM_ENV = (
     "GITM_JOB_DIR", "CUDA_INJECTION64_PATH", "GITM_RING_RECORDS", "GITM_SHIM_DETACH", "GITM_GUARD",
-    "GITM_CUPTI_PATH",
+    "GITM_CUPTI_PATH", CLOCK_PLAN_VAR,
 )  # fmt: skip
+
+
+def clock_env(plan_env: dict[str, str]) -> dict[str, str]:
+    """A plan's environment for a run that goes without the shim (no window will open on it): the
+    shim's variables out, and gitmd's clock library in its place where it is installed beside the
+    shim (CUDA_INJECTION64_PATH, and GITM_CLOCK for the launcher: it names a file the library
+    stamps with each process's CUDA start, and reports the run's length from there,
+    gitmctl/launch.py). The library loads no CUPTI and does nothing else: the run is timed on the
+    shim's milestones without what the shim costs."""
+    env = {k: v for k, v in plan_env.items() if k not in SHIM_ENV}
+    shim = plan_env.get("CUDA_INJECTION64_PATH")
+    clock = find_clock(Path(shim)) if shim else None
+    if clock is not None:
+        env["CUDA_INJECTION64_PATH"] = str(clock)
+        env[CLOCK_PLAN_VAR] = "1"
+    return env
 
 
 def build_plan(

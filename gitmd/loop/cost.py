@@ -11,15 +11,18 @@
 - ``losing_arms_s``: measured — each treatment window of a live trial that was not kept, its step
   against the trial's baseline steps: window seconds x (1 - baseline / treatment) when slower;
 - ``trial_arm_s``: measured — a launch trial's treatment run against its command line's plain runs by
-  the clock the trial timed it on (its launcher's when it went without the shim), when slower
+  the clock the trial timed it on (the clock library's or its launcher's when it went without the
+  shim), when slower
   (null when there are no plain runs to compare with);
 - ``observation_s``: measured — an observed run (one with windows) against the latest runs of its
   exact command line (the same arguments: the same work) with the same policy that had none and
   were no trial's (capture.reobserve_every makes
   them), when slower; 0 for a run with no window; null when fewer than OBSERVATION_BASE such runs
-  exist. By the launcher's clock (exec to exit, ``clock`` "wall_s") where the run and its baseline
-  have it: the runs without a window go without the shim, so that is the clock they share;
-  otherwise by the runs' length from CUDA's start to the last exit ("run_s"). Where known it
+  exist. From CUDA's start to the exit where its baseline has that (``clock`` "cuda_s": the runs
+  without a window went without the shim, with gitmd's clock library stamping their CUDA start,
+  and the observed run's own length is the shim's on the same milestones); else by the launcher's
+  clock (exec to exit, "wall_s"), the clock of runs without the shim whose stamps were not read;
+  otherwise by the shim's own ("run_s": runs that kept the shim with no window). Where known it
   replaces the capture model and the losing arms (it holds them: it measures what the windows,
   the trials in them and the CUPTI they leave attached really cost; the model only counts launches
   inside windows);
@@ -95,7 +98,10 @@ def observation_of(
     """What an observed run cost against its command line's runs without a window, and the clock it was
     measured on (see the module's ``observation_s``); None when fewer than OBSERVATION_BASE such
     runs are known on either clock."""
-    for clock, mine in (("wall_s", wall_s), ("run_s", run_s)):
+    # CUDA's start to the exit first: the runs without a window had the clock library (no CUPTI) on
+    # the shim's milestones, and that leaves out the interpreter's start and imports, where most of
+    # two runs' difference lies; then the launcher's clock, then the shim's
+    for clock, mine in (("cuda_s", run_s), ("wall_s", wall_s), ("run_s", run_s)):
         if not mine:
             continue
         base = d.jobs.unobserved_runs_s(
@@ -151,7 +157,10 @@ def run_cost(
         arm = str(found or "")
         if arm == "B":
             # on the clock the trial timed it on: its launcher's when it went without the shim
-            clock, mine = ("wall_s", wall_s) if st.shimless else ("run_s", run_s)
+            if st.shimless:  # its run_s is the clock library's where its launcher read the stamps
+                clock, mine = ("cuda_s", run_s) if run_s else ("wall_s", wall_s)
+            else:
+                clock, mine = "run_s", run_s
             plain = d.jobs.plain_runs_s(job.launch_key, {job_id}, clock=clock, command=(job.command, job.cwd))
             trial_arm = max(0.0, mine - statistics.median(plain)) if plain and mine else None
     observation: float | None = 0.0

@@ -89,10 +89,13 @@ class Exits:
         metrics: dict[str, list[float]] | None = None,
         wall_s: float | None = None,
         site: SiteReport | None = None,
+        cuda_s: float | None = None,
     ) -> JobView:
         """The launcher (or the scheduler) reports the job's end; ``wall_s``: the command from exec
         to exit as the launcher timed it (None: not known); ``site``: what gitmd's sitecustomize
-        did in its processes, as the launcher read it (None: not asked)."""
+        did in its processes, as the launcher read it (None: not asked); ``cuda_s``: from its first
+        process's CUDA initialisation to its exit, by the stamps of gitmd's clock library, for a run
+        that had it in the shim's place (None: not known)."""
         d = self.d
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
@@ -101,8 +104,15 @@ class Exits:
         # after a gitmd restart (no state of it held) its row says so: untraced in those phases
         shimless = bool(st and st.shimless) or self.untraced(job_id)
         crash = self.crash(job_id, exit_code)
-        # a launch trial's run without the shim is timed by its launcher (Launch.register)
-        length, clock = (wall_s, "wall_s") if shimless else (run_s, "run_s")
+        # a run without the shim is timed from its CUDA start by the clock library where its
+        # launcher read the stamps, else by its launcher, exec to exit (Launch.register)
+        if shimless:
+            # stored as its run_s (the same milestones as a captured run's; its row's capture = 0
+            # tells the two clocks apart: gitmd/jobs/history.py)
+            run_s = cuda_s if cuda_s and (wall_s is None or cuda_s <= wall_s) else None
+            length, clock = (run_s, "cuda_s") if run_s else (wall_s, "wall_s")
+        else:
+            length, clock = run_s, "run_s"
         trial_id = st.trial_id if st is not None else None  # run_ended lets go of it
         try:
             self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock, site)

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from gitmd.errors import InvalidArgumentError
-from gitmd.jobs.launch import SHIM_ENV, LaunchPlan
+from gitmd.jobs.launch import LaunchPlan, clock_env
 from gitmd.jobs.launch_key import command_key, launch_key, owned, stated
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
@@ -102,20 +102,20 @@ class Launch:
         ):
             # it goes without the shim, so CUPTI is not even loaded into it (loaded with every
             # activity off it still cost a launch/sync-bound CuPy program 14-30% of its GPU time;
-            # H200 2026-12-04). A launch trial's run is then timed by its launcher (exec to exit),
-            # as the runs it is compared with are: both arms as the user runs them.
+            # H200 2026-12-04). gitmd's clock library takes the shim's place: it stamps each
+            # process's CUDA start for the launcher, which reports the run's length from there
+            # ("cuda_s", the shim's milestones); where no stamp comes back, the run is timed by its
+            # launcher, exec to exit ("wall_s"). The runs it is compared with are timed alike.
             st.phase = Phase.TRIAL_RUN if not rest else Phase.OBSERVED
             job = d.jobs.untrace(job, st.phase.value)
-            plan = dataclasses.replace(
-                plan, env={k: v for k, v in plan.env.items() if k not in SHIM_ENV}, capture=False
-            )
+            plan = dataclasses.replace(plan, env=clock_env(plan.env), capture=False)
             st.shimless = True
             if rest:
                 st.resting, st.observed = f"{rest}; it runs without the shim", True
                 log.info("job %s (%s): %s", job.id, job.name, st.resting)
             else:
-                log.info("job %s (%s): a launch trial's run: it runs without the shim, timed by its "
-                         "launcher", job.id, job.name)  # fmt: skip
+                log.info("job %s (%s): a launch trial's run: it runs without the shim, timed from its "
+                         "CUDA start by gitmd's clock library", job.id, job.name)  # fmt: skip
         if reg.gpus:
             # --gpus selects: the job sees those GPUs only, named by UUID (nvidia-smi's indices and
             # CUDA's enumeration order may differ; a UUID is the same GPU to both)

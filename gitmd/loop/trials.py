@@ -335,7 +335,8 @@ class Trials:
     ) -> None:
         """A run of a launch trial has ended: recorded, and the trial decided once its pairs allow.
         ``run_s``: its length on ``clock`` ("run_s": the shim's, CUDA's start to the last exit;
-        "wall_s": its launcher's, exec to exit, for a run that went without the shim). ``site``: what
+        "cuda_s": the same by gitmd's clock library, for a run that went without the shim; "wall_s":
+        its launcher's, exec to exit, for one whose launcher read no stamp). ``site``: what
         gitmd's sitecustomize did in it: B runs its lever changed nothing in end the trial
         (not_applicable): the lever cannot act in this program, and every further run of it would
         be spent for nothing."""
@@ -363,8 +364,9 @@ class Trials:
         in_trial = {r["job_id"] for r in t.runs}
         # the spread of each command line its pairs are of: that line's plain runs
         earlier: dict[str, list[float]] = {}
-        # for a slower lever's stop only, on the launcher's clock: the line's runs with the shim too
-        wide: dict[str, list[float]] | None = {} if t.clock() == "wall_s" else None
+        # for a slower lever's stop only, on a clock of runs without the shim: the line's runs with
+        # the shim too (their lengths on the same milestones hold gitmd's cost: a wider spread)
+        wide: dict[str, list[float]] | None = {} if t.clock() in ("wall_s", "cuda_s") else None
         for a, _ in t.pairs():
             if line(a) not in earlier:
                 of = d.jobs.get(a["job_id"])
@@ -374,7 +376,7 @@ class Trials:
                 )
                 if wide is not None:
                     wide[line(a)] = d.jobs.plain_runs_s(
-                        of.launch_key, exclude=in_trial, clock="wall_s", command=same, with_shim=True
+                        of.launch_key, exclude=in_trial, clock=t.clock(), command=same, with_shim=True
                     )
         dec = decide_trial(
             t, job.contract, cfg.run_rounds, cfg.min_gain, cfg.early_speedup, earlier, slower_plain_s=wide

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that must run on the GPU host, in one call (device time is scarce):
-#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, cupti-residual, run-cost, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
+#   tests/gpu/run.sh OUTDIR [PART ...]      PART: tests, cupti-residual, clock-spread, run-cost, shim-overhead, shim-floor, window-stress, crash-soak, corpus, corpus-verify, telemetry-cost, capture-set,
 #                                                 register-rate, scoreboard (BENCH_WORKLOADS=a,b,
 #                                                 BENCH_ARGS=--no-oracle)
 # A scoreboard part too long for one call (fp32_mlp with its 600-step runs and delivered pairs, 2026-12-03): run
@@ -120,6 +120,13 @@ for part in "${PARTS[@]}"; do
       # the device tool brings back a bounded number of files: the per-run logs travel as one archive
       [ -d "$OUTDIR/corpus/logs" ] && tar czf "$OUTDIR/corpus-logs.tgz" -C "$OUTDIR/corpus" logs && rm -rf "$OUTDIR/corpus/logs"
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/corpus.md" | tr '\n' ' ' || echo "failed")
+      ;;
+    clock-spread)  # the launcher's clock against the clock library's (CUDA start to exit) and the program's own, and
+      # what the library costs, on corpus programs (bench/clock_spread.py): CLOCK_PROGRAMS=a,b, CLOCK_RUNS, CLOCK_BUDGET_S
+      corpus_src
+      python3 bench/clock_spread.py --programs "${CLOCK_PROGRAMS:-timm-mobilenetv3-infer-b1}" --runs "${CLOCK_RUNS:-8}" \
+        --budget-s "${CLOCK_BUDGET_S:-300}" --json "$OUTDIR/clock-spread.json" 2>&1 | tee "$OUTDIR/clock-spread.md"
+      RESULT[$part]=$(grep -E 'CUDA part' "$OUTDIR/clock-spread.md" | tr '\n' ' ' || echo "failed")
       ;;
     corpus-verify)  # corpus programs run plainly once each (bench/corpus/verify.py): CORPUS_PROGRAMS=a,b (default all)
       corpus_src

@@ -67,10 +67,12 @@ def test_tf32_is_tried_once_its_workload_has_the_users_consent(daemon_factory: A
         (p,) = [p for p in lib.get("policies", []) if p["status"] == "validated"]
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["ci_low"] >= 1.03, lib
         assert "launching with its validated policy" in " ".join(runs[-1]["stderr"]), runs
-        # the trial's runs went without the shim (no CUPTI in either arm), timed by gitmctl run
+        # the trial's runs went without the shim (no CUPTI in either arm), timed from their CUDA start
+        # by the clock library's stamps, which gitmctl run read
         trial = [x["job"] for x in runs if x["job"].get("phase") == "trial run"]
         assert trial and not any(j.get("capture") for j in trial), runs
-        assert json.loads(p["evidence_json"])["metric"].startswith("wall_s"), p
+        assert all(0 < j["run_s"] < j["wall_s"] for j in trial), runs
+        assert json.loads(p["evidence_json"])["metric"].startswith("cuda_s"), p
     finally:
         keep_log(d, "gitmd-consent.log")
 
@@ -96,12 +98,14 @@ def test_a_recurring_program_is_observed_on_runs_1_2_4_and_8(daemon_factory: Any
         out("backoff-runs.json", runs)
         observed = [x["run"] for x in runs if x["windows"]]
         assert observed == [1, 2, 4, 8], runs
-        # the runs left unobserved went without the shim (CUPTI not loaded), timed by gitmctl
+        # the runs left unobserved went without the shim (CUPTI not loaded), timed from their CUDA
+        # start by the clock library in its place
         assert [x["run"] for x in runs if not x["capture"]] == [3, 5, 6, 7], runs
         assert all(x["wall_s"] and x["wall_s"] > 0 for x in runs), runs
-        # run 8's observation measured against runs 3, 5, 6, 7 on the clock they share
+        assert all(0 < x["run_s"] < x["wall_s"] for x in runs if not x["capture"]), runs
+        # run 8's observation measured against runs 3, 5, 6, 7 from CUDA's start to the exit
         assert runs[7]["cost"].get("observation_s") is not None, runs[7]
-        assert runs[7]["cost"].get("observation_clock") == "wall_s", runs[7]
+        assert runs[7]["cost"].get("observation_clock") == "cuda_s", runs[7]
     finally:
         keep_log(d, "gitmd-backoff.log")
 

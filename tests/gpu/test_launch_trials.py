@@ -1,8 +1,9 @@
 """Launch levers across runs of a recurring job on the H200, gitmd unattended: the same fp32
 training command launched again and again with `gitmctl run` (its contract: the loss on stdout
 within 1%). gitmd's attribution of the first run finds fp32 GEMMs and plans a TF32 launch trial;
-the next launches get arms A/B in their plans and go without the shim, each run timed by its launcher
-(exec to exit: wall_s); TF32's gain is far beyond the runs' spread, so the trial is promoted early
+the next launches get arms A/B in their plans and go without the shim, gitmd's clock library in its
+place, each run timed from its CUDA start to its exit as its launcher read the library's stamps
+(cuda_s); TF32's gain is far beyond the runs' spread, so the trial is promoted early
 (two pairs that agree) or after its rounds, and a later launch gets TF32 at launch, no trial."""
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
             ).stdout
         )  # fmt: skip
         out("launch-trial-library.json", lib)
+        jobs = json.loads(
+            subprocess.run(
+                [*command("gitmctl"), "--socket", str(d.socket), "jobs", "--all", "--json"],
+                capture_output=True, text=True, check=True,
+            ).stdout
+        )["jobs"]  # fmt: skip
+        keys = ("id", "phase", "capture", "windows", "run_s", "wall_s")
+        lengths = [{k: j.get(k) for k in keys} for j in jobs]
+        out("launch-trial-lengths.json", lengths)
+        # the trial's runs: no shim, the clock library's length from CUDA's start, inside the wall's
+        trial = [j for j in lengths if j["phase"] == "trial run"]
+        assert trial and all(not j["capture"] and 0 < j["run_s"] < j["wall_s"] for j in trial), lengths
         notes = [" ".join(x["stderr"]) for x in runs]
         assert "launch trial" in notes[1] and "arm A" in notes[1], notes
         assert "arm B" in notes[2], notes
@@ -70,7 +83,7 @@ def test_tf32_promoted_across_runs_and_the_next_launch_gets_it(daemon_factory: A
         assert p["env"] == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"} and p["status"] == "validated"
         evidence = json.loads(p["evidence_json"])
         assert (
-            evidence["source"] == "runs" and evidence["metric"].startswith("wall_s") and p["ci_low"] >= 1.03
+            evidence["source"] == "runs" and evidence["metric"].startswith("cuda_s") and p["ci_low"] >= 1.03
         )
         assert p["speedup"] <= evidence["predicted_max"], evidence  # no more than its cause allows
         # the first run, two pairs (an early stop: their paired t interval clears, or no plain run

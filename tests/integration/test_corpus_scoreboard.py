@@ -66,6 +66,10 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
     assert all(x["ratio"] and x["ratio"] > 0 and x["cost"] is not None for x in doc["runs"])
     assert doc["summary"]["first_policy_run"] is None and doc["summary"]["delivered_speedup"] is None
     assert doc["summary"]["violations"] == 0 and doc["half"] == "unsplit"
+    # one plain run came first, kept but never scored: it paid for the cold caches
+    assert doc["warm_up"]["exit"] == 0 and doc["warm_up"]["wall_s"] > 0
+    assert r.stdout.index("toy warm-up") < r.stdout.index("toy run 1")
+    assert "warm-up (not scored)" in (out / "logs" / "toy.log").read_text().splitlines()[0]
     # each run carries gitmd's own record of its job (joined in order), and the daemon's log is kept
     jobs = [x["job"] for x in doc["runs"]]
     assert all(j and j["exit_code"] == 0 and j["id"] for j in jobs) and len({j["id"] for j in jobs}) == 2

@@ -517,3 +517,59 @@ def test_a_run_that_crashes_under_gitmd_is_told_apart_and_its_program_then_runs_
     assert r.returncode == 0 and "shim off" in r.stdout  # not clean yet before this run
     r = launch("ok")
     assert r.returncode == 0 and "shim on" in r.stdout  # a clean run without capture: capture resumes
+
+
+CLOCKED = """
+import ctypes, os, sys, time
+time.sleep(float(sys.argv[1]))  # the interpreter's start and imports: before CUDA
+lib = os.environ.get("CUDA_INJECTION64_PATH", "")
+if lib:
+    ctypes.CDLL(lib).InitializeInjection()  # cuInit, as the driver does it
+print("injected", os.path.basename(lib) or "-", flush=True)
+time.sleep(float(sys.argv[2]))  # the CUDA part
+"""
+
+
+@needs_shim
+def test_a_run_without_a_window_is_timed_from_its_cuda_start_by_the_clock_library(
+    daemon_factory: Any, short_tmp: Path
+) -> None:
+    """The observation backoff rests the program's second run: it goes without the shim, gitmd's
+    clock library in its place stamps its CUDA start, and the launcher reports its length from
+    there (run_s), short of its exec-to-exit time (wall_s) by the start before CUDA."""
+    d = daemon_factory(
+        config_text='[telemetry]\nbackend = "sim"\n[metrics]\nport = 0\n'
+        "[capture]\nwindow_every_s = 1\nwindow_duration_s = 0.3\nsettle_s = 0\nobserve_runs = 1\n"
+    )
+    script = short_tmp / "clocked.py"
+    script.write_text(CLOCKED)
+
+    def launch(before_s: float, cuda_s: float) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+        r = ctl(d.socket, "run", "--launch-key", "clocked", "--", sys.executable, str(script),
+                str(before_s), str(cuda_s), timeout=60)  # fmt: skip
+        job = next(j for j in ctl_json(d.socket, "jobs", "--all")["jobs"] if j["state"] == "exited"
+                   and j["id"] not in seen)  # fmt: skip
+        seen.add(job["id"])
+        return r, ctl_json(d.socket, "job", job["id"])
+
+    seen: set[str] = set()
+    r, first = launch(0.0, 4.0)  # observed: the shim, its windows
+    assert "injected libgitm_shim.so" in r.stdout and first["windows"] >= 1
+    r, rested = launch(1.5, 1.0)
+    assert "injected libgitm_clock.so" in r.stdout, r.stdout + r.stderr
+    assert not rested["capture"] and rested["windows"] == 0
+    assert 0.9 <= rested["run_s"] <= 1.6 < 1.5 + 1.0 <= rested["wall_s"]
+    assert json.loads(rested["cost_json"])["run_s"] == rested["run_s"]
+    r, again = launch(1.5, 1.0)  # the backoff rests it again (observed once, every other run)
+    if "libgitm_clock.so" in r.stdout:
+        assert 0.9 <= again["run_s"] <= 1.6
+    # a report that says the CUDA part outlasted the run is refused, and changes nothing
+    from gitmd.api.client_auth import open_channel
+    from gitmd.api.pb import pb, pb_grpc
+
+    stub = pb_grpc.GitmdStub(open_channel(d.socket))
+    bad_exit = pb.ReportJobExitRequest(job_id=rested["id"], exit_code=0, wall_s=1.0, cuda_s=2.0)
+    with pytest.raises(grpc.RpcError) as bad:
+        stub.ReportJobExit(bad_exit, timeout=10)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "cuda_s" in str(bad.value.details())
+    assert ctl_json(d.socket, "job", rested["id"])["run_s"] == rested["run_s"]

@@ -9,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from gitmctl.launch import SITE_REPORT_VAR, is_number, job_environment, read_site_report, site_report_file
+from gitmctl.launch import (
+    CLOCK_FILE_VAR,
+    CLOCK_PLAN_VAR,
+    INJECTION_VAR,
+    SITE_REPORT_VAR,
+    clock_file,
+    is_number,
+    job_environment,
+    read_clock,
+    read_site_report,
+    site_report_file,
+)
 
 
 def test_the_plan_is_added_and_paths_go_first() -> None:
@@ -96,3 +107,65 @@ def test_the_launchers_site_report_bounds_are_the_daemons() -> None:
 
     assert launch.MAX_ACTED == launch_env.MAX_ACTED
     assert launch._KNOB.pattern == launch_env.KNOB_NAME.pattern
+
+
+CLOCK_PLAN = {INJECTION_VAR: "/usr/lib/gitmd/libgitm_clock.so", CLOCK_PLAN_VAR: "1", "GITM_JOB_ID": "j"}
+
+
+def test_the_clock_file_is_made_only_for_a_plan_with_the_clock_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan with gitmd's clock library (GITM_CLOCK) gets a private file named in GITMD_CLOCK_FILE,
+    and GITM_CLOCK itself is not passed on; a plan with the shim, or none, gets nothing; a launcher
+    inside another job's leaves the outer one's file alone."""
+    monkeypatch.delenv(CLOCK_FILE_VAR, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    shim = {INJECTION_VAR: "/usr/lib/gitmd/libgitm_shim.so", "GITM_JOB_DIR": "/run/gitmd/jobs/j"}
+    env = dict(shim)
+    assert clock_file(env, shim, {}) == "" and CLOCK_FILE_VAR not in env
+    env = job_environment({}, CLOCK_PLAN)
+    path = clock_file(env, CLOCK_PLAN, {})
+    assert path and env[CLOCK_FILE_VAR] == path and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert CLOCK_PLAN_VAR not in env and env[INJECTION_VAR] == CLOCK_PLAN[INJECTION_VAR]
+    os.unlink(path)
+    monkeypatch.setenv(CLOCK_FILE_VAR, "/tmp/outer.txt")
+    env = {**job_environment({}, CLOCK_PLAN), CLOCK_FILE_VAR: "/tmp/outer.txt"}
+    assert clock_file(env, CLOCK_PLAN, {}) == "" and env[CLOCK_FILE_VAR] == "/tmp/outer.txt"
+
+
+def test_the_clock_never_displaces_the_users_own_injection_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user who runs their own CUDA injection library (a profiler, a tool) keeps it: the clock is
+    gitmd's convenience, not worth a tool of theirs; the run is then timed by its launcher alone."""
+    monkeypatch.delenv(CLOCK_FILE_VAR, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    base = {INJECTION_VAR: "/opt/tool/libinject.so"}
+    env = job_environment(base, CLOCK_PLAN)
+    assert clock_file(env, CLOCK_PLAN, base) == ""
+    assert env[INJECTION_VAR] == "/opt/tool/libinject.so" and CLOCK_FILE_VAR not in env
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_run_is_timed_from_its_first_stamp_within_its_exec_and_exit(tmp_path: Path) -> None:
+    """The earliest stamp between the launcher's exec and its child's exit, to that exit; lines
+    that are no stamp of this run's (before exec, after exit, not a stamp) are ignored. Unknown
+    (None) when no process stamped (no CUDA), or the file is not the launcher's own."""
+    f = tmp_path / "clock.txt"
+    f.write_text("cuda 11 5000000000\ncuda 12 3500000000\ncuda 13 900\njunk\ncuda x 4\ncuda 14 99000000000\n")
+    assert read_clock(str(f), 1_000_000_000, 10_000_000_000) == pytest.approx(6.5)
+    assert not f.exists()  # read once, removed
+    f.write_text("")
+    assert read_clock(str(f), 0, 10) is None  # no process initialised CUDA
+    assert read_clock(str(f), 0, 10) is None  # gone
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert read_clock(str(fifo), 0, 10**12) is None and not fifo.exists()
+    target = tmp_path / "target.txt"
+    target.write_text("cuda 1 5\n")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert read_clock(str(link), 0, 10) is None and target.exists()
+    huge = tmp_path / "huge.txt"
+    huge.write_text("cuda 1 5\n" * 10000)
+    assert read_clock(str(huge), 0, 10) is None  # longer than any job's processes write: unknown

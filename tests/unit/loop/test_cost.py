@@ -129,6 +129,45 @@ def test_runs_without_the_shim_are_measured_by_their_launchers_clock(tmp_path: P
     assert c["observation_s"] is None and c["observation_clock"] is None
 
 
+def test_an_observed_runs_cost_is_measured_from_cuda_start_against_the_runs_the_backoff_rested(
+    tmp_path: Path,
+) -> None:
+    """Runs the observation backoff rests go without the shim, gitmd's clock library in its place:
+    their launcher reports their length from CUDA's start (cuda_s, kept as their run_s). An observed
+    run's cost is then measured on those milestones (its shim's run_s against their median), not on
+    the launcher's clock, whose start before CUDA (imports) moves most between runs."""
+    svc = make_service(tmp_path)
+    (tmp_path / "libgitm_clock.so").write_bytes(b"\x7fELF")  # beside the helper's shim
+    cfg = svc.config
+    set_config(svc, dataclasses.replace(cfg, capture=dataclasses.replace(cfg.capture, observe_runs=1)))
+    window = capture_file.loads((PLANTED.parent / "late-kernels" / "3.npz").read_bytes())
+    reg = Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid(), launch_key="j",
+                       launcher_pid=os.getpid())  # fmt: skip
+    rested: list[float] = []
+    starts = iter([3.0, 9.0, 5.0, 7.5, 4.0, 8.0, 6.0, 3.5, 9.5, 5.5])
+    for _ in range(10):
+        v, plan = svc.register_job(reg)
+        before = next(starts)
+        if plan.capture:  # observed: the shim, a window; its rings give its CUDA part, 9 s
+            svc.loop.exits.run_s = lambda job_id: 9.0  # type: ignore[method-assign]
+            svc.loop.observe.after_window(dataclasses.replace(window, job_id=v.job.id))
+            svc.capture.get(v.job.id).windows = 1  # type: ignore[union-attr]
+            c = json.loads(svc.report_exit(v.job.id, 0, wall_s=before + 9.0).job.cost)
+            if len(rested) >= 3:
+                assert c["observation_clock"] == "cuda_s", c
+                assert abs(c["observation_s"] - (9.0 - sorted(rested)[len(rested) // 2])) < 0.011
+                assert abs(c["measured_share"] - c["observation_s"] / 9.0) < 1e-3
+                return
+        else:
+            assert plan.env["GITM_CLOCK"] == "1" and not svc.jobs.get(v.job.id).capture
+            svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]  # no ring
+            cuda = 8.0 + 0.01 * len(rested)
+            c = json.loads(svc.report_exit(v.job.id, 0, wall_s=before + cuda, cuda_s=cuda).job.cost)
+            assert c["run_s"] == cuda and c["share"] == 0.0
+            rested.append(cuda)
+    raise AssertionError(f"no observed run after three rested ones: {rested}")
+
+
 def test_the_model_counts_cupti_left_attached_after_the_first_window(tmp_path: Path) -> None:
     """From a process's first window on CUPTI stays attached with its activity off (the shim never
     detaches by default): +44% on a launch-bound loop, H200. The model counted launches inside

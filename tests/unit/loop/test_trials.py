@@ -338,6 +338,85 @@ def test_a_launch_trials_runs_go_without_the_shim_timed_by_their_launcher(tmp_pa
     )
 
 
+def test_a_launch_trials_runs_are_timed_from_their_cuda_start_where_the_clock_library_is(
+    tmp_path: Path,
+) -> None:
+    """With gitmd's clock library beside the shim, a trial's runs still go without the shim (no
+    CUPTI) but carry the library in its place, and are measured from their CUDA start to their exit
+    as their launcher read the stamps ("cuda_s"), not exec to exit: the interpreter's start and
+    imports are out of both arms. Here the runs' starts before CUDA vary by 6 s (as timm's did by
+    up to 4.5 s on the H200) and hide a 1.25x lever on the wall clock; on cuda_s its three pairs
+    decide it. A B run's cost is measured on that clock too."""
+    import json as _json
+
+    svc = make_service(tmp_path)
+    (tmp_path / "libgitm_clock.so").write_bytes(b"\x7fELF")  # beside the helper's shim
+    wid = recurring(svc, "train")
+    contract = Contract((Check("exit_status"),))
+    reg = Registration(
+        "train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train",
+        launcher_pid=os.getpid(), contract=contract,
+    )  # fmt: skip
+    svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]  # no shim: no ring
+    first, _ = svc.register_job(Registration("train", ("python", "train.py"), "/srv", os.getuid(),
+                                             os.getgid(), launch_key="train"))  # fmt: skip
+    svc.report_exit(first.job.id, 0, wall_s=16.0, cuda_s=8.0)  # the run it was planned on
+    assert svc.trials.plan(wid, make("cpu_threads"), "host_contention", 0.5) is not None
+    starts = [9.0, 3.0, 6.0, 4.0, 8.0, 2.5]  # seconds before CUDA: imports, a cold cache
+    arms = []
+    for i, before in enumerate(starts):
+        view, plan = svc.register_job(reg)
+        arm = plan.trial.split("arm ")[1][0]
+        arms.append(arm)
+        assert not plan.capture and plan.env["CUDA_INJECTION64_PATH"] == str(tmp_path / "libgitm_clock.so")
+        assert plan.env["GITM_CLOCK"] == "1" and not {"GITM_JOB_DIR", "GITM_GUARD"} & set(plan.env)
+        cuda = (6.4 if arm == "B" else 8.0) + 0.02 * i
+        svc.report_exit(view.job.id, 0, {}, wall_s=before + cuda, cuda_s=cuda)
+    assert arms == ["A", "B", "B", "A", "A", "B"]
+    (done,) = svc.trials.of_workload(wid)
+    assert {r["clock"] for r in done.runs} == {"cuda_s"}
+    assert done.state == "promoted" and 1.2 < done.decision["low"] < 1.25 < done.decision["high"], (
+        done.decision
+    )
+    (policy,) = svc.workload(wid).policies
+    assert policy.evidence["metric"].startswith("cuda_s: the run's own clock")
+    walls = [before + (6.4 if a == "B" else 8.0) for before, a in zip(starts, arms, strict=True)]
+    a_wall = [w for w, a in zip(walls, arms, strict=True) if a == "A"]
+    b_wall = [w for w, a in zip(walls, arms, strict=True) if a == "B"]
+    assert max(b_wall) > min(a_wall)  # on the launcher's clock a B run was slower than an A run
+    costs = [_json.loads(svc.jobs.get(r["job_id"]).cost or "{}") for r in done.runs]
+    assert all(c["trial_arm_s"] == 0.0 for c in costs)  # each B faster than the plain CUDA runs
+    key = svc.jobs.get(done.runs[0]["job_id"]).launch_key
+    assert sorted(svc.jobs.plain_runs_s(key, set(), clock="cuda_s", runs=9)) == [
+        8.0,
+        8.06,
+        8.08,
+    ]  # the A arms
+
+
+def test_a_run_whose_cuda_part_cannot_be_its_own_is_timed_by_its_launcher(tmp_path: Path) -> None:
+    """A CUDA part longer than the run's exec-to-exit time is no measurement: the run is timed by
+    its launcher, and its row holds no length from CUDA's start."""
+    svc = make_service(tmp_path)
+    (tmp_path / "libgitm_clock.so").write_bytes(b"\x7fELF")
+    wid = recurring(svc, "train")
+    reg = Registration(
+        "train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train",
+        launcher_pid=os.getpid(), contract=Contract((Check("exit_status"),)),
+    )  # fmt: skip
+    svc.loop.exits.run_s = lambda job_id: None  # type: ignore[method-assign]
+    first, _ = svc.register_job(Registration("train", ("python", "train.py"), "/srv", os.getuid(),
+                                             os.getgid(), launch_key="train"))  # fmt: skip
+    svc.report_exit(first.job.id, 0, wall_s=16.0)
+    svc.trials.plan(wid, make("cpu_threads"), "host_contention", 0.5)
+    view, plan = svc.register_job(reg)
+    assert plan.trial
+    svc.report_exit(view.job.id, 0, {}, wall_s=5.0, cuda_s=7.0)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.runs[0]["clock"] == "wall_s" and t.runs[0]["run_s"] == 5.0
+    assert not svc.jobs.get(view.job.id).run_s
+
+
 def test_a_launch_trial_pairs_runs_of_one_command_line_only(tmp_path: Path) -> None:
     """One workload, two command lines: `train.py --steps 300` (30 s) and `--steps 100` (10 s),
     launched in turn under one stated key. A lever that changes nothing, its arms handed to both
