@@ -9,7 +9,10 @@ reach CMD directly (same process group), so gitmctl ignores them and waits for C
 With ``--metric REGEX`` CMD's stdout passes through gitmctl (a pipe, not the terminal) so the
 numbers it prints can be reported with the exit: across runs of a recurring job they are the
 outputs gitmd's launch trials compare (gitmd never reads a job's stdout itself). When gitmd puts
-this launch in a launch trial, a note on stderr says which arm it got.
+this launch in a launch trial, a note on stderr says which arm it got. A run that gets no capture
+window goes without the shim, gitmd's clock library in its place: the launcher names a file the
+library stamps with each process's CUDA start, and reports the run's length from there with the
+exit (cuda_s), beside its exec-to-exit time (wall_s).
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ rm -rf "$GEN"
 cp -r docs "$STAGE/usr/share/doc/gitmd/docs" && chmod -R u=rwX,go=rX "$STAGE/usr/share/doc/gitmd/docs"
 [ -f shim/build/libgitm_shim.so ] && install -D -m 0755 shim/build/libgitm_shim.so "$STAGE/usr/lib/gitmd/libgitm_shim.so"
 [ -f shim/build/libgitm_guard.so ] && install -D -m 0755 shim/build/libgitm_guard.so "$STAGE/usr/lib/gitmd/libgitm_guard.so"
+[ -f shim/build/libgitm_clock.so ] && install -D -m 0755 shim/build/libgitm_clock.so "$STAGE/usr/lib/gitmd/libgitm_clock.so"
 # Scheduler integration: Slurm's Prolog/Epilog/TaskProlog, and the launcher for container images.
 for script in gitmd-prolog gitmd-epilog gitmd-taskprolog; do
   install -D -m 0755 "packaging/slurm/$script" "$STAGE/usr/lib/gitmd/slurm/$script"

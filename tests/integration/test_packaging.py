@@ -64,6 +64,8 @@ def test_contents(deb: Path) -> None:
         assert "/usr/lib/gitmd/libgitm_shim.so" in paths, "the built shim must be packaged"
     if (ROOT / "shim" / "build" / "libgitm_guard.so").exists():
         assert "/usr/lib/gitmd/libgitm_guard.so" in paths, "the free guard must be packaged"
+    if (ROOT / "shim" / "build" / "libgitm_clock.so").exists():
+        assert "/usr/lib/gitmd/libgitm_clock.so" in paths, "the clock library goes beside the shim"
     assert any(p.endswith("/gitmd/store/migrations/0002_jobs.sql") for p in paths)
     info = subprocess.run(["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=True).stdout
     assert "Package: gitmd" in info and "Depends: python3." in info

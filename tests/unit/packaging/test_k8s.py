@@ -59,6 +59,7 @@ def test_the_configmap_is_a_valid_gitmd_config_that_shares_the_shim() -> None:
     [init] = d["DaemonSet"]["spec"]["template"]["spec"]["initContainers"]
     assert str(cfg.capture.shim_path) in " ".join(init["command"])
     assert str(cfg.capture.shim_path.parent / "libgitm_guard.so") in " ".join(init["command"])  # beside it
+    assert str(cfg.capture.shim_path.parent / "libgitm_clock.so") in " ".join(init["command"])  # and this
     assert {m["mountPath"] for m in init["volumeMounts"]} == {"/run/gitmd"}
 
 
