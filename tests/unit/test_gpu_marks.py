@@ -19,7 +19,8 @@ def test_every_timeout_mark_is_on_a_test() -> None:
     wrong = []
     for path in sorted(GPU.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("test_"):
-                if any(_is_timeout(d) for d in node.decorator_list):
-                    wrong.append(f"{path.name}:{node.lineno} {node.name}")
+            is_def = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            is_helper = is_def and not node.name.startswith("test_")
+            if is_helper and any(_is_timeout(d) for d in node.decorator_list):
+                wrong.append(f"{path.name}:{node.lineno} {node.name}")
     assert not wrong, wrong
