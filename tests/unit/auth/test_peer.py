@@ -79,7 +79,11 @@ def test_slow_and_idle_clients_cannot_hold_the_credential_socket(server: Credent
             break
         time.sleep(0.5)
     slow.settimeout(5)
-    assert slow.recv(100) == b"" and time.monotonic() - t < DEADLINE_S + 2.5
+    try:
+        got = slow.recv(100)
+    except ConnectionResetError:  # cut with our last byte still unread in its queue: the same cut
+        got = b""
+    assert got == b"" and time.monotonic() - t < DEADLINE_S + 2.5
     slow.close()
     idle = []
     for _ in range(MAX_HANDLERS):
