@@ -14,7 +14,7 @@
 # the window budget: with launch_trial they ran past 530 s, H200 2026-12-04). "test_capture or window_budget
 # or blocking_sync" took 303 s. Each test's time is in the log (--durations=0).
 # The fleet's test (GPU_TESTS_K=fleet, about 4 minutes: a tune, then two runs) needs PostgreSQL: the
-# GPU host has none, the carried .whl/ brings the pgserver wheel's server and psycopg.
+# GPU host has none, the carried .whl-fleet/ brings the pgserver wheel's server and psycopg.
 # GPU_TESTS_K=nccl: DDP over NCCL, one rank per GPU (tests/gpu/test_ranks_nccl.py); it needs two GPUs
 # (the device tool's nvidia-h200-x2) and skips on one. Not run yet (2026-12-04).
 # GPU_TESTS_K=cpu_affinity with GITM_SHIM_DEBUG=1: the shim's own lines land in OUTDIR/job-contended.log.
@@ -33,6 +33,10 @@ export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
+fi
+if [ -d .whl-fleet ]; then  # the fleet's test only: psycopg and pgserver's PostgreSQL
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-fleet/*.whl \
+    >> "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
 fi
 if [ -d .whl-numba ]; then  # the corpus's numba-cuda program only (its manifest entry's PYTHONPATH)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-numba \
