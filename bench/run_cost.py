@@ -6,6 +6,8 @@ neighbours is that piece's cost:
 
   plain       the program alone
   guard       + the free guard on LD_PRELOAD (libgitm_guard.so)
+  clock       gitmd's clock library injected alone (libgitm_clock.so, its stamp file named): what a
+                run that gets no window carries in the shim's place, no daemon
   cupti       + CUPTI loaded by an injection library that enables nothing (bench/cupti_floor.c with
                 its control file at 0): what loading CUPTI into the process costs
   shim        guard + gitmd's shim injected (ring created, callbacks registered, control thread),
@@ -50,6 +52,7 @@ WL = ROOT / "bench" / "workloads"
 SHIM = ROOT / "shim" / "build" / "libgitm_shim.so"
 GUARD = ROOT / "shim" / "build" / "libgitm_guard.so"
 FLOOR = ROOT / "shim" / "build" / "libcupti_floor.so"
+CLOCK = ROOT / "shim" / "build" / "libgitm_clock.so"
 # Fixed work each (not a duration), about a second or two of GPU work on the H200.
 PROGRAMS = {
     "cupy_fft": [PY, str(WL / "cupy_fft.py"), "--steps", "300"],
@@ -57,7 +60,7 @@ PROGRAMS = {
     "mlp_train": [PY, str(WL / "mlp_train.py"), "--steps", "100"],
     "trivial": [PY, "-c", "pass"],  # no CUDA: what the launch path costs where nothing is injected
 }
-MODES = ("plain", "guard", "cupti", "shim", "ctl-nocap", "ctl-noexplore", "ctl")
+MODES = ("plain", "guard", "clock", "cupti", "shim", "ctl-nocap", "ctl-noexplore", "ctl")
 
 
 def backend() -> str:
@@ -65,18 +68,30 @@ def backend() -> str:
 
 
 # The program's own wall time inside gitmctl (its launcher's start and RPCs excluded), on stderr.
-CHILD = 's=$(date +%s%N); "$@"; r=$?; echo "gitm-child-ns $(($(date +%s%N)-s))" >&2; exit $r'
+# Its start and end on the realtime clock: the launcher's time before the exec and after the exit apart.
+CHILD = 's=$(date +%s%N); "$@"; r=$?; echo "gitm-child-ns $s $(date +%s%N)" >&2; exit $r'
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, int, str]:
-    t0 = time.monotonic()
+def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, int, str, int, int]:
+    """Wall seconds, exit status, stderr, and the realtime ns at the start and the end."""
+    t0, r0 = time.monotonic(), time.time_ns()
     p = subprocess.run(argv, capture_output=True, env=env, cwd=cwd)
-    return time.monotonic() - t0, p.returncode, p.stderr.decode("utf-8", "replace")
+    return time.monotonic() - t0, p.returncode, p.stderr.decode("utf-8", "replace"), r0, time.time_ns()
 
 
-def child_s(stderr: str) -> float | None:
-    found = re.findall(r"^gitm-child-ns (\d+)$", stderr, re.M)
-    return int(found[-1]) / 1e9 if found else None
+def cpu_s(pid: int) -> float:
+    """The process's CPU seconds so far, its threads' user and system time (/proc/<pid>/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_span(stderr: str) -> tuple[int, int] | None:
+    """The program's start and end (realtime ns) inside gitmctl, from CHILD's line on stderr."""
+    found = re.findall(r"^gitm-child-ns (\d+) (\d+)$", stderr, re.M)
+    return (int(found[-1][0]), int(found[-1][1])) if found else None
 
 
 def programs(names: list[str]) -> dict[str, Program]:
@@ -109,6 +124,10 @@ def command(
         env["GITM_SHIM_DEBUG"] = "1"  # the shim's own steps timed, on the job's stderr
     if mode == "guard":
         env["LD_PRELOAD"] = str(GUARD)
+    elif mode == "clock":
+        stamps = scratch / f"clock-{i}"
+        stamps.write_text("")  # the library appends to it, never creates it
+        env.update(CUDA_INJECTION64_PATH=str(CLOCK), GITMD_CLOCK_FILE=str(stamps))
     elif mode == "cupti":
         control = scratch / "floor-control"
         control.write_text("0")
@@ -143,7 +162,7 @@ def main() -> int:
     if bad:
         raise SystemExit(f"unknown mode(s): {', '.join(bad)} (modes: {', '.join(MODES)})")
     progs = programs(names)
-    for need in (SHIM, GUARD, FLOOR):
+    for need in (SHIM, GUARD, FLOOR, CLOCK):
         if not need.exists():
             raise SystemExit(f"{need} is not built (make -C shim all)")
     scratch = Path(tempfile.mkdtemp(prefix="gitm-runcost-"))
@@ -160,11 +179,19 @@ def main() -> int:
                 for m in turn:
                     i += 1
                     argv, env = command(m, progs[p], g, scratch, i, a.debug)
-                    s, rc, err = timed(argv, env, progs[p].cwd)
+                    before = cpu_s(g.proc.pid) if g.proc else float("nan")
+                    s, rc, err, r0, r1 = timed(argv, env, progs[p].cwd)
+                    span = child_span(err)
+                    daemon = (cpu_s(g.proc.pid) if g.proc else float("nan")) - before
                     shim = [ln for ln in err.splitlines() if ln.startswith(("gitm shim", "gitmctl"))]
                     job = re.search(r"^gitmctl run: job ([0-9a-f]+)", err, re.M)
-                    runs.append({"program": p, "mode": m, "round": r, "wall_s": s, "child_s": child_s(err),
-                                 "exit": rc, "job": job.group(1) if job else "",
+                    inner = {
+                        "child_s": (span[1] - span[0]) / 1e9 if span else None,
+                        "before_s": (span[0] - r0) / 1e9 if span else None,
+                        "after_s": (r1 - span[1]) / 1e9 if span else None,
+                    }
+                    runs.append({"program": p, "mode": m, "round": r, "wall_s": s, **inner, "exit": rc,
+                                 "job": job.group(1) if job else "", "daemon_cpu_s": round(daemon, 3),
                                  "stderr": shim[-40:]})  # fmt: skip
                     if rc != 0:
                         failures.append(f"{p} {m} round {r}: exit {rc}")
@@ -200,16 +227,32 @@ def main() -> int:
                     if got:
                         med = statistics.median(got)
                         print(f"  {p} {m}, {kind}: {med:.3f} (+{med - base:.3f}), {len(got)} runs")
-    inside = [(r["program"], r["mode"], r["wall_s"], r["child_s"]) for r in runs if r["child_s"] is not None]
+    inside = [r for r in runs if r["child_s"] is not None]
     if inside:
-        print("\nthrough gitmctl: median wall s of the program itself (gitmctl's start and RPCs not in it)")
+        print("\nthrough gitmctl: median s of the program itself (gitmctl's start and RPCs not in it),")
+        print("and of gitmctl before the exec (its start, imports, registration) and after the exit")
         for p in names:
+            plain = samples[p].get("plain") or []
+            base = statistics.median(plain) if plain else float("nan")
             for m in modes:
-                got = [(w, c) for q, mm, w, c in inside if q == p and mm == m]
+                got = [r for r in inside if r["program"] == p and r["mode"] == m]
                 if got:
-                    w = statistics.median(x for x, _ in got)
-                    c = statistics.median(y for _, y in got)
-                    print(f"  {p} {m}: program {c:.3f} s, gitmctl around it {w - c:.3f} s")
+                    c, b, e = (
+                        statistics.median(float(r[k]) for r in got)
+                        for k in ("child_s", "before_s", "after_s")
+                    )
+                    print(f"  {p} {m}: program {c:.3f} s (plain's whole wall {base:.3f}), "
+                          f"before {b:.3f} s, after {e:.3f} s")  # fmt: skip
+    print(
+        "\ngitmd's own CPU seconds during each run (its threads; the job's sampling, windows, analysis), "
+        "median"
+    )
+    for p in names:
+        cells = []
+        for m in modes:
+            got = [r["daemon_cpu_s"] for r in runs if r["program"] == p and r["mode"] == m and r["exit"] == 0]
+            cells.append(f"{m} {statistics.median(got):.3f}" if got else f"{m} -")
+        print(f"  {p}: " + ", ".join(cells))
     for f in failures:
         print("failed:", f)
     if a.json:

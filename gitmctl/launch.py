@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Mapping
 
 PREPENDED = (("PYTHONPATH", "GITM_SITE"), ("LD_PRELOAD", "GITM_GUARD"))
@@ -156,3 +157,20 @@ def read_clock(path: str, started_ns: int, ended_ns: int) -> float | None:
     if not stamps:
         return None
     return (ended_ns - min(stamps)) / 1e9
+
+
+def process_age_s(stat_text: str | None = None, boottime_s: float | None = None) -> float | None:
+    """Seconds since this process started (its interpreter's start: before any import), from its
+    start time in /proc/self/stat (clock ticks since boot) against CLOCK_BOOTTIME; None where either
+    cannot be read (not Linux). The resolution is a clock tick (10 ms at the usual 100 Hz)."""
+    try:
+        if stat_text is None:
+            with open("/proc/self/stat") as f:
+                stat_text = f.read()
+        text = stat_text
+        start_ticks = int(text.rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        now = boottime_s if boottime_s is not None else time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    age = now - start_ticks / os.sysconf("SC_CLK_TCK")
+    return age if age >= 0 else None

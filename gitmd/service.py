@@ -229,8 +229,9 @@ class Service:
         wall_s: float | None = None,
         site: SiteReport | None = None,
         cuda_s: float | None = None,
+        launcher_s: float | None = None,
     ) -> JobView:
-        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s, site, cuda_s)
+        return self.loop.exits.exited(job_id, exit_code, metrics, wall_s, site, cuda_s, launcher_s)
 
     def reap(self, now_ns: int | None = None) -> list[str]:
         return self.loop.exits.reap(now_ns)

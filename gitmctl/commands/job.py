@@ -183,6 +183,12 @@ def cost_line(cost_json: str) -> str:
     if c.get("share") is not None:
         measured = c.get("measured_share") or 0.0
         share = f"{100 * c['share']:.1f}% of the run ({100 * measured:.1f}% measured, the rest modelled)"
+        launcher = c.get("launcher_s")
+        if launcher is not None and c.get("total_share") is not None:
+            share = (
+                f"{100 * c['total_share']:.1f}% of the run with its launcher's {1000 * launcher:.0f} ms; "
+                f"exploration {share}"
+            )
     arm = c.get("trial_arm_s")
     trial = (
         ""

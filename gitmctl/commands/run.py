@@ -32,6 +32,7 @@ from gitmctl.launch import (
     clock_file,
     is_number,
     job_environment,
+    process_age_s,
     read_clock,
     read_site_report,
     site_report_file,
@@ -176,6 +177,9 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         scan = []  # gitmd checked it; never stop the job over it
     report = site_report_file(env, resp.plan.env) if client is not None else ""
     stamps = clock_file(env, resp.plan.env, os.environ) if client is not None else ""
+    # this launcher's own time before the exec (the interpreter's start, imports, registration): a
+    # part of what gitmd costs the run, reported with the exit (launcher_s)
+    before_s = process_age_s()
     started = time.monotonic_ns()
     try:
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if scan else None)
@@ -222,7 +226,10 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     if report:
         loaded, acted = read_site_report(report)
         site = pb.SiteReport(loaded=loaded, acted=acted)
-    _report(client, job_id, status, args.verbose, metrics, wall_s, site, cuda_s)
+    launcher_s = None if before_s is None else before_s + (time.monotonic_ns() - ended) / 1e9
+    if args.verbose and launcher_s is not None:
+        _note(f"the launcher's own time around the command: {1000 * launcher_s:.0f} ms")
+    _report(client, job_id, status, args.verbose, metrics, wall_s, site, cuda_s, launcher_s)
     return 128 - status if status < 0 else status
 
 
@@ -247,12 +254,18 @@ def _report(
     wall_s: float = 0.0,
     site: Any = None,
     cuda_s: float | None = None,
+    launcher_s: float | None = None,
 ) -> None:
     if client is None or not job_id:
         return
     try:
         req = pb.ReportJobExitRequest(
-            job_id=job_id, exit_code=status, metrics=metrics or [], wall_s=wall_s, cuda_s=cuda_s or 0.0
+            job_id=job_id,
+            exit_code=status,
+            metrics=metrics or [],
+            wall_s=wall_s,
+            cuda_s=cuda_s or 0.0,
+            launcher_s=launcher_s or 0.0,
         )
         if site is not None:
             req.site.CopyFrom(site)

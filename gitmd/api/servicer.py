@@ -238,9 +238,17 @@ class GitmdServicer(pb_grpc.GitmdServicer):
             raise InvalidArgumentError(f"wall_s must be 0..{MAX_WALL_S:.0f} seconds")
         if not (0 <= request.cuda_s <= request.wall_s) and request.cuda_s:  # NaN fails this too
             raise InvalidArgumentError("cuda_s must be 0..wall_s seconds (a part of the run wall_s times)")
+        if not (0 <= request.launcher_s <= MAX_WALL_S):  # NaN fails this too
+            raise InvalidArgumentError(f"launcher_s must be 0..{MAX_WALL_S:.0f} seconds")
         site = convert.site_report(request) if request.HasField("site") else None
         view = self.svc.report_exit(
-            job.id, request.exit_code, metrics, request.wall_s or None, site, request.cuda_s or None
+            job.id,
+            request.exit_code,
+            metrics,
+            request.wall_s or None,
+            site,
+            request.cuda_s or None,
+            request.launcher_s or None,
         )
         self.gate.record(
             caller, "ReportJobExit", "ok", job.id, f"exit {request.exit_code}", job.scheduler_job_id

@@ -30,7 +30,16 @@
 - ``observation_cut``: why its observation ended before it had seen enough (its run's window budget
   spent: Observe.budget_spent), or null;
 - ``measured_share``: the measured parts over the run's length, and ``share`` the model's part with
-  them; each null when a part or the run's length is not known (never a guess).
+  them; each null when a part or the run's length is not known (never a guess). They are what
+  gitmd's exploration (windows, trials) cost the run: what observing it less often saves
+  (amortised_gap);
+- ``launcher_s``: measured — the launcher's own seconds around the command, as it timed itself
+  (`gitmctl run`: from its interpreter's start through its imports and the registration to the
+  exec, and from the exit to its report; null: the launcher did not say, e.g. a scheduler's own);
+  every run through the launcher pays it, observed or not. On a program of a few seconds it was
+  the largest part (0.4-0.5 s per run on the H200 host, 2026-12-04);
+- ``total_share``: all of it, ``share`` with ``launcher_s`` over the command's exec-to-exit time
+  (the length of the same command run plainly); null where ``share`` is.
 """
 
 from __future__ import annotations
@@ -139,10 +148,12 @@ def run_cost(
     windows: int,
     wall_s: float | None = None,
     trial_id: int | None = None,
+    launcher_s: float | None = None,
 ) -> str:
     """The ending job's cost record (JSON), from what the loop holds of it and the store. ``run_s``:
     its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported);
-    ``trial_id``: the launch trial it was a run of (None: the state's, if it still holds one)."""
+    ``trial_id``: the launch trial it was a run of (None: the state's, if it still holds one);
+    ``launcher_s``: the launcher's own time around the command (None: not reported)."""
     st = d.states.get(job_id)
     if st is None:
         return ""
@@ -175,6 +186,11 @@ def run_cost(
     attached = attached_model_s(d, st, run_s, since_ns=job.created_ns)
     # measured where it can be
     model = st.window_model_s + attached if observation is None else 0.0
+    share = None if measured is None or not length else measured + model / length
+    total = None
+    if share is not None:
+        whole = wall_s or length  # the command's exec to exit: what the same command takes plainly
+        total = share + (launcher_s / whole if launcher_s and whole else 0.0)
     doc: dict[str, Any] = {
         "windows": windows,
         "window_s": round(st.window_s, 3),
@@ -189,7 +205,9 @@ def run_cost(
         "run_s": run_s,
         "wall_s": None if wall_s is None else round(wall_s, 3),
         "measured_share": None if measured is None else round(measured, 4),
-        "share": None if measured is None or not length else round(measured + model / length, 4),
+        "share": None if share is None else round(share, 4),
+        "launcher_s": None if launcher_s is None else round(launcher_s, 3),
+        "total_share": None if total is None else round(total, 4),
     }
     return json.dumps(doc, sort_keys=True)
 

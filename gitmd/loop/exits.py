@@ -90,12 +90,14 @@ class Exits:
         wall_s: float | None = None,
         site: SiteReport | None = None,
         cuda_s: float | None = None,
+        launcher_s: float | None = None,
     ) -> JobView:
         """The launcher (or the scheduler) reports the job's end; ``wall_s``: the command from exec
         to exit as the launcher timed it (None: not known); ``site``: what gitmd's sitecustomize
         did in its processes, as the launcher read it (None: not asked); ``cuda_s``: from its first
         process's CUDA initialisation to its exit, by the stamps of gitmd's clock library, for a run
-        that had it in the shim's place (None: not known)."""
+        that had it in the shim's place (None: not known); ``launcher_s``: the launcher's own time
+        around the command (its start to the exec, the exit to its report; None: not known)."""
         d = self.d
         self.trials.end_live(job_id, "the job exited")
         run_s = self.run_s(job_id)
@@ -120,7 +122,7 @@ class Exits:
             log.exception("recording job %s's run of its launch trial failed", job_id)
         self.untrack(job_id)
         out = self.outcome(job_id)
-        cost = self.cost(job_id, run_s, out["windows"], wall_s, trial_id)
+        cost = self.cost(job_id, run_s, out["windows"], wall_s, trial_id, launcher_s)
         view = self.ended(
             d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, wall_s=wall_s, **out)
         )
@@ -232,18 +234,19 @@ class Exits:
         windows: int,
         wall_s: float | None = None,
         trial_id: int | None = None,
+        launcher_s: float | None = None,
     ) -> str:
         """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end. ``trial_id``:
         the launch trial it was a run of (its state has let go of it by now)."""
         try:
-            cost = run_cost(self.d, job_id, run_s, windows, wall_s, trial_id)
+            cost = run_cost(self.d, job_id, run_s, windows, wall_s, trial_id, launcher_s)
         except Exception:
             log.exception("what gitmd cost job %s could not be worked out", job_id)
             return ""
         if cost:
             doc = json.loads(cost)
-            if doc.get("share") is not None:
-                log.info("job %s: gitmd cost its run %.1f%% (%s)", job_id, 100 * doc["share"], cost)
+            if doc.get("total_share") is not None:
+                log.info("job %s: gitmd cost its run %.1f%% (%s)", job_id, 100 * doc["total_share"], cost)
         return cost
 
     def ended(self, job: Job) -> JobView:

@@ -30,6 +30,29 @@ PARTS=("$@")
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
 
+# The device tool brings back at most 8 files of 16 MiB (64 MiB in all), 2 folders deep (device/README.md):
+# a corpus call's raw JSONs and window archives did not come back (2026-12-06). So on any exit (a limit's
+# SIGTERM included) everything but the tables (*.md) and host.txt goes into OUTDIR/raw.tgz, cut into
+# 15-MiB parts raw.tgz.part-aa, -ab... where larger (cat them back together); with more than five tables
+# they go in too. Unpack with `tar xzf raw.tgz` beside the tables.
+pack() {
+  trap - EXIT TERM INT
+  cd "$OUTDIR" || return
+  local tables=() rest=()
+  mapfile -t tables < <(find . -maxdepth 1 -type f \( -name '*.md' -o -name host.txt \) -printf '%P\n' | sort)
+  [ ${#tables[@]} -gt 6 ] && tables=(host.txt)
+  mapfile -t rest < <(find . -mindepth 1 -maxdepth 1 -printf '%P\n' | grep -vxF -f <(printf '%s\n' "${tables[@]}" raw.tgz) | sort)
+  [ ${#rest[@]} -eq 0 ] && return
+  tar czf raw.tgz -- "${rest[@]}" && rm -rf -- "${rest[@]}"
+  if [ "$(stat -c %s raw.tgz)" -gt $((15 * 1024 * 1024)) ]; then
+    split -b 15M raw.tgz raw.tgz.part- && rm -f raw.tgz
+  fi
+  echo "packed into $OUTDIR: $(ls | tr '\n' ' ')"
+}
+OUTDIR=$(cd "$OUTDIR" && pwd)
+trap pack EXIT
+trap 'exit 143' TERM INT
+
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUTDIR/pip.log" 2>&1 || { cat "$OUTDIR/pip.log"; exit 1; }
@@ -121,8 +144,6 @@ for part in "${PARTS[@]}"; do
       python3 bench/corpus/scoreboard.py --programs "${CORPUS_PROGRAMS:?CORPUS_PROGRAMS=a,b}" --runs "${CORPUS_RUNS:-5}" \
         ${CORPUS_BUDGET_S:+--budget-s "$CORPUS_BUDGET_S"} ${CORPUS_SHARED:+--shared-library} \
         --oracle-levers "${CORPUS_ORACLE:-}" --out "$OUTDIR/corpus" 2>&1 | tee "$OUTDIR/corpus.md"
-      # the device tool brings back a bounded number of files: the per-run logs travel as one archive
-      [ -d "$OUTDIR/corpus/logs" ] && tar czf "$OUTDIR/corpus-logs.tgz" -C "$OUTDIR/corpus" logs && rm -rf "$OUTDIR/corpus/logs"
       RESULT[$part]=$(grep -E '^\| [a-z]' "$OUTDIR/corpus.md" | tr '\n' ' ' || echo "failed")
       ;;
     clock-spread)  # the launcher's clock against the clock library's (CUDA start to exit) and the program's own, and

@@ -336,6 +336,9 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
     (job,) = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
     assert job["gpus"] == [0, 1] and job["scheduler_job_id"] == "slurm-77" and not job["allow_exploration"]
     assert 0 < job["wall_s"] < 60  # gitmctl run timed its command from exec to exit and said so
+    # and itself around it (its start, imports, registration; the report): part of what gitmd cost the run
+    cost = json.loads(job["cost_json"] if "cost_json" in job else job["costJson"])
+    assert 0 < cost["launcher_s"] < 60 and cost["total_share"] > cost["share"] == 0.0, cost
     # a launcher's wall clock that cannot be one is refused, and the job's record is unchanged
     from gitmd.api.client_auth import open_channel
     from gitmd.api.pb import pb, pb_grpc

@@ -17,6 +17,7 @@ from gitmctl.launch import (
     clock_file,
     is_number,
     job_environment,
+    process_age_s,
     read_clock,
     read_site_report,
     site_report_file,
@@ -169,3 +170,16 @@ def test_the_run_is_timed_from_its_first_stamp_within_its_exec_and_exit(tmp_path
     huge = tmp_path / "huge.txt"
     huge.write_text("cuda 1 5\n" * 10000)
     assert read_clock(str(huge), 0, 10) is None  # longer than any job's processes write: unknown
+
+
+def test_the_launchers_age_is_read_from_its_start_in_proc_stat() -> None:
+    """process_age_s: field 22 of /proc/self/stat (ticks since boot) against CLOCK_BOOTTIME; a
+    command name holding ") " does not shift the fields; unreadable text is None, never a guess."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = ["S"] + ["0"] * 18 + [str(50 * tick)] + ["0"] * 30
+    text = "123 (a) b) " + " ".join(fields)
+    assert process_age_s(text, 52.5) == 2.5
+    assert process_age_s(text, 49.0) is None  # a start after now: not this process
+    assert process_age_s("garbage", 1.0) is None
+    age = process_age_s()
+    assert age is not None and 0 <= age < 86400  # this test process's own, read from /proc

@@ -209,3 +209,22 @@ def test_a_jobs_first_window_records_the_frameworks_its_process_runs(tmp_path: P
     with svc.jobs.store.reading() as db:
         (raw,) = db.conn.execute("SELECT frameworks FROM jobs WHERE id = ?", [view.job.id]).fetchone()
     assert "numpy" in json.loads(raw), raw
+
+
+def test_the_launchers_own_time_is_part_of_what_gitmd_cost_the_run(tmp_path: Path) -> None:
+    """A run with no window and no trial cost nothing by its exploration, but every run through
+    `gitmctl run` pays the launcher's start, imports and registration (0.4-0.5 s a run on the H200
+    host, 2026-12-04: 10-15% of a 3-s program that the record called 0%). It is kept as measured
+    (launcher_s) and in total_share over the command's exec-to-exit time; the exploration share
+    stays apart (what observing less often saves); a launcher that does not say leaves it null."""
+    svc = make_service(tmp_path)
+    v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0, launcher_s=0.4).job.cost)
+    assert c["windows"] == 0 and c["share"] == 0.0 and c["launcher_s"] == 0.4
+    assert abs(c["total_share"] - 0.1) < 1e-9
+    line = cost_line(json.dumps(c))
+    assert line.startswith("10.0% of the run with its launcher's 400 ms; exploration 0.0%")
+    v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0).job.cost)
+    assert c["launcher_s"] is None and c["total_share"] == c["share"] == 0.0
+    assert cost_line(json.dumps(c)).startswith("0.0% of the run (0.0% measured")
