@@ -155,6 +155,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--json", type=Path, help="every sample, the shim's debug lines, gitmd's jobs and log")
     ap.add_argument("--debug", action="store_true", help="GITM_SHIM_DEBUG=1: the shim's steps timed")
+    ap.add_argument(
+        "--backend",
+        choices=("auto", "nvml", "sim"),
+        default="auto",
+        help="gitmd's telemetry (auto: NVML where a GPU is present); sim on a GPU host: what gitmd's NVML "
+        "sampling costs a job, against an nvml run",
+    )
     a = ap.parse_args()
     names = [p for p in a.programs.split(",") if p]
     modes = [m for m in a.modes.split(",") if m]
@@ -166,7 +173,8 @@ def main() -> int:
         if not need.exists():
             raise SystemExit(f"{need} is not built (make -C shim all)")
     scratch = Path(tempfile.mkdtemp(prefix="gitm-runcost-"))
-    g = Gitmd(scratch / "gitmd", CONFIG.format(backend=backend()))
+    telemetry = backend() if a.backend == "auto" else a.backend
+    g = Gitmd(scratch / "gitmd", CONFIG.format(backend=telemetry))
     g.start()
     samples: dict[str, dict[str, list[float]]] = {p: {m: [] for m in modes} for p in names}
     failures: list[str] = []
@@ -203,7 +211,7 @@ def main() -> int:
         ).stdout.decode()
     finally:
         g.stop()
-    print(f"backend {backend()}, {a.rounds} rounds, median wall s (added to plain)")
+    print(f"backend {telemetry}, {a.rounds} rounds, median wall s (added to plain)")
     print("| program | " + " | ".join(modes) + " |")
     print("| --- |" + " --- |" * len(modes))
     for p in names:
@@ -256,7 +264,7 @@ def main() -> int:
     for f in failures:
         print("failed:", f)
     if a.json:
-        a.json.write_text(json.dumps({"backend": backend(), "samples": samples, "failures": failures,
+        a.json.write_text(json.dumps({"backend": telemetry, "samples": samples, "failures": failures,
                                       "runs": runs, "jobs": listed}, indent=1))  # fmt: skip
         shutil.copy(g.log, a.json.with_suffix(".gitmd.log"))
     shutil.rmtree(scratch, ignore_errors=True)
