@@ -94,6 +94,26 @@ def child_span(stderr: str) -> tuple[int, int] | None:
     return (int(found[-1][0]), int(found[-1][1])) if found else None
 
 
+def launcher_start(n: int) -> dict[str, float]:
+    """Median wall s of a bare interpreter, of one importing grpc and protobuf, and of one importing
+    gitmctl's client (what `gitmctl run` imports before it can register): the launcher's floor."""
+    out: dict[str, float] = {}
+    if n <= 0:
+        return out
+    for label, code in (
+        ("python -c pass", "pass"),
+        ("import grpc, protobuf", "import grpc, google.protobuf.descriptor_pool"),
+        ("import gitmctl.client", "import gitmctl.client"),
+    ):
+        got = []
+        for _ in range(n):
+            t0 = time.monotonic()
+            subprocess.run([PY, "-c", code], check=True, cwd=ROOT)
+            got.append(time.monotonic() - t0)
+        out[label] = statistics.median(got)
+    return out
+
+
 def programs(names: list[str]) -> dict[str, Program]:
     """The named programs: ours (PROGRAMS) and corpus:<name> (the manifest's command, folder, env).
     Raises SystemExit naming what is unknown or not materialised."""
@@ -161,6 +181,14 @@ def main() -> int:
         default="auto",
         help="gitmd's telemetry (auto: NVML where a GPU is present); sim on a GPU host: what gitmd's NVML "
         "sampling costs a job, against an nvml run",
+    )
+    ap.add_argument(
+        "--launcher-start",
+        type=int,
+        default=7,
+        metavar="N",
+        help="time the launcher's start apart, N times each (0: not): the interpreter alone, with grpc and "
+        "protobuf imported, with gitmctl's client imported; what is left of `before` is its registration",
     )
     a = ap.parse_args()
     names = [p for p in a.programs.split(",") if p]
@@ -261,11 +289,23 @@ def main() -> int:
             got = [r["daemon_cpu_s"] for r in runs if r["program"] == p and r["mode"] == m and r["exit"] == 0]
             cells.append(f"{m} {statistics.median(got):.3f}" if got else f"{m} -")
         print(f"  {p}: " + ", ".join(cells))
+    start = launcher_start(a.launcher_start)
+    if start:
+        before = [float(r["before_s"]) for r in inside if str(r["mode"]).startswith("ctl")]
+        n = a.launcher_start
+        print(f"\nthe launcher's start apart, median of {n} each (s; this host's python, no gitmd):")
+        for k, v in start.items():
+            print(f"  {k}: {v:.3f}")
+        if before:
+            b = statistics.median(before)
+            print(f"  gitmctl before the exec, every ctl run: {b:.3f}; left for its registration and "
+                  f"the launch plan: {b - start['import gitmctl.client']:.3f}")  # fmt: skip
     for f in failures:
         print("failed:", f)
     if a.json:
-        a.json.write_text(json.dumps({"backend": telemetry, "samples": samples, "failures": failures,
-                                      "runs": runs, "jobs": listed}, indent=1))  # fmt: skip
+        doc = {"backend": telemetry, "samples": samples, "failures": failures, "runs": runs, "jobs": listed,
+               "launcher_start": start}  # fmt: skip
+        a.json.write_text(json.dumps(doc, indent=1))
         shutil.copy(g.log, a.json.with_suffix(".gitmd.log"))
     shutil.rmtree(scratch, ignore_errors=True)
     return 1 if failures else 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from gitmd.auth.tokens import METADATA_KEY
+from gitmd.auth import METADATA_KEY
 
 TOKEN_LIFETIME_S = 50.0  # used well inside the daemon's default 60 s
 

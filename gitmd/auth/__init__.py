@@ -8,3 +8,7 @@ token as metadata with each RPC (``gitmd.api.client_auth``). Remote schedulers c
 mutual TLS only; their certificate's subject maps to a role (``remote``). ``access`` decides, per
 RPC, what a caller may do.
 """
+
+# The gRPC metadata key a token travels under. Here, not in ``tokens``, so that a client (gitmctl's
+# every start, `gitmctl run`'s before the job's exec) names it without importing the MAC machinery.
+METADATA_KEY = "gitm-token"

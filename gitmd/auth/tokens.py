@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gitmd import auth
 from gitmd.errors import UnauthenticatedError
 
 VERSION = 1
@@ -29,7 +30,7 @@ PREFIX = "v1."
 _HEAD = struct.Struct(">BIIIQ16sH")  # version, uid, gid, pid, expires_ns, nonce, n groups
 MAX_GROUPS = 256  # keeps a token under 1.6 KB (gRPC refuses metadata beyond 8 KiB at random)
 MAX_TOKEN_CHARS = 4096
-METADATA_KEY = "gitm-token"
+METADATA_KEY = auth.METADATA_KEY  # re-exported: the server side names it here
 
 
 @dataclass(frozen=True)

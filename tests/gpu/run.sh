@@ -79,7 +79,7 @@ make -C shim all > "$OUTDIR/shim-build.log" 2>&1 || { cat "$OUTDIR/shim-build.lo
 tail -1 "$OUTDIR/shim-build.log"
 
 corpus_src() {  # the materialised sources must be carried; the synthetic data is written here (47 MiB: not carried)
-  [ -d bench/corpus/src/huggingface+pytorch-image-models ] || { echo "carry bench/corpus/src/<owner>+<name> (make corpus)"; exit 1; }
+  compgen -G 'bench/corpus/src/*+*' > /dev/null || { echo "carry bench/corpus/src/<owner>+<name> (make corpus)"; exit 1; }
   python3 bench/corpus/data.py > "$OUTDIR/corpus-data.log" 2>&1 || { cat "$OUTDIR/corpus-data.log"; exit 1; }  # idempotent
 }
 
@@ -114,7 +114,7 @@ for part in "${PARTS[@]}"; do
     run-cost)  # what gitmd costs a short run, piece by piece (guard, CUPTI, shim, gitmctl, windows/trials)
       python3 bench/run_cost.py --programs "${RUNCOST_PROGRAMS:-cupy_fft,launch_bound}" --rounds "${RUNCOST_ROUNDS:-6}" ${RUNCOST_ARGS:-} \
         --json "$OUTDIR/run-cost.json" 2>&1 | tee "$OUTDIR/run-cost.md"
-      RESULT[$part]=$(grep -E '^\| (cupy|launch|mlp)' "$OUTDIR/run-cost.md" | tr '\n' ' ' || echo "failed")
+      RESULT[$part]=$(grep -E '^\| (cupy|launch|mlp|trivial|corpus)' "$OUTDIR/run-cost.md" | tr '\n' ' ' || echo "failed")
       ;;
     telemetry-cost)
       python3 bench/telemetry_cost.py --backends nvml,sim --duration 60 --json "$OUTDIR/telemetry-cost.json" \

@@ -18,11 +18,11 @@ from gitmd.levers.launch_env import SITE_DIR
 KNOBS = {"GITMD_DATALOADER_WORKERS": "2", "GITMD_KEEP_CACHE": "1", "GITMD_DATALOADER_PIN_MEMORY": "1"}
 
 
-def report(tmp_path: Path, code: str) -> list[str]:
+def report(tmp_path: Path, code: str, knobs: dict[str, str] = KNOBS) -> list[str]:
     path = tmp_path / "report.txt"
     path.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITMD_")}
-    env.update(KNOBS)
+    env.update(knobs)
     env["PYTHONPATH"] = f"{SITE_DIR}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(SITE_DIR)
     env["GITMD_SITE_REPORT"] = str(path)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -49,3 +49,22 @@ def test_the_site_reports_what_it_changed_in_real_pytorch(tmp_path: Path) -> Non
         "GITMD_DATALOADER_PIN_MEMORY",
         "GITMD_KEEP_CACHE",
     }, got
+
+
+@pytest.mark.timeout(300)
+def test_cudnn_autotuning_is_said_to_act_only_where_the_job_leaves_it_in_real_pytorch(tmp_path: Path) -> None:
+    """GITMD_CUDNN_BENCHMARK against PyTorch's own flag (a ContextProp on torch.backends.cudnn): on
+    from the import (PyTorch's C++ side reads it), said to have acted at the exit only where the job
+    never set it itself."""
+    knobs = {"GITMD_CUDNN_BENCHMARK": "1"}
+    conv = (
+        "import torch\n"
+        "assert torch._C._get_cudnn_benchmark() is {want}\n"
+        "c = torch.nn.Conv2d(8, 8, 3).cuda()\n"
+        "c(torch.randn(4, 8, 32, 32, device='cuda')).sum().item()\n"
+    )
+    assert report(tmp_path, conv.format(want=True), knobs) == ["site", "GITMD_CUDNN_BENCHMARK"]
+    own = "import torch\ntorch.backends.cudnn.benchmark = True\n" + conv.format(want=True)
+    assert report(tmp_path, own, knobs) == ["site"]  # its own choice: no change of gitmd's
+    off = "import torch\ntorch.backends.cudnn.benchmark = False\n" + conv.format(want=False)
+    assert report(tmp_path, off, knobs) == ["site"]  # its choice stands

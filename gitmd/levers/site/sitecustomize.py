@@ -4,7 +4,8 @@ nothing is imported that the job does not import itself (PyTorch is adjusted onl
 imports it, through an import hook), every failure is swallowed, and the job's own sitecustomize
 (if another is on the path) is still imported after this one.
 
-  GITMD_CUDNN_BENCHMARK=1          torch.backends.cudnn.benchmark = True
+  GITMD_CUDNN_BENCHMARK=1          torch.backends.cudnn.benchmark = True (the job's own setting,
+                                   made later, stands)
   GITMD_DATALOADER_PIN_MEMORY=1    DataLoader(pin_memory=True) when the job did not say
   GITMD_DATALOADER_WORKERS=N       DataLoader(num_workers=N) when the job did not say
   GITMD_KEEP_CACHE=1               torch.cuda.empty_cache() keeps the cache (the caching allocator
@@ -18,7 +19,8 @@ imports it, through an import hook), every failure is swallowed, and the job's o
 With GITMD_SITE_REPORT naming a file (`gitmctl run` makes one for a plan that holds a knob, and
 reads it when the job exits), each process appends "site" once it has imported PyTorch and the knobs
 were put in place, and a knob's variable once that knob changed something in it (a DataLoader built
-without the job's own choice, a cache kept, cuDNN's autotuner switched on): a launch trial's runs
+without the job's own choice, a cache kept; cuDNN's autotuner on to the process's exit without the
+job setting it itself, said at that exit): a launch trial's runs
 that adjusted PyTorch and changed nothing show that its lever cannot act in that program.
 
 Kept compatible with old Pythons (3.6+): it runs inside whatever interpreter the job uses.
@@ -162,12 +164,54 @@ def _keep_cache(torch_module):
         pass
 
 
+class _JobChoice:
+    """The framework's own data descriptor for a flag (cuDNN's ``benchmark``, a ContextProp on
+    torch.backends.cudnn's module class), wrapped to note that the job set the flag itself: its
+    choice, which stands, and then gitmd's setting changed nothing."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.chosen = False
+
+    def __get__(self, obj, cls=None):
+        return self.inner.__get__(obj, cls)
+
+    def __set__(self, obj, value):
+        self.chosen = True
+        self.inner.__set__(obj, value)
+
+
+def _cudnn_benchmark(torch_module):
+    """cuDNN's autotuner on from PyTorch's import. It changed something only where the job left the
+    flag alone to its end (a job that sets it itself, to True or False, decides; gitmd's setting is
+    then no change): said at the process's exit, once that is known."""
+    cudnn = torch_module.backends.cudnn
+    inner = type(cudnn).__dict__.get("benchmark")
+    watch = None
+    if inner is not None and hasattr(inner, "__set__") and hasattr(inner, "__get__"):
+        watch = _JobChoice(inner)
+        type(cudnn).benchmark = watch
+        inner.__set__(cudnn, True)  # gitmd's, not the job's choice
+    else:  # a plain attribute: a job's own True cannot be told from gitmd's
+        cudnn.benchmark = True
+
+    def said():
+        try:
+            if (watch is None or not watch.chosen) and cudnn.benchmark is True:
+                _report("GITMD_CUDNN_BENCHMARK")
+        except Exception:
+            pass
+
+    import atexit
+
+    atexit.register(said)
+
+
 def _adjust(torch_module):
     _report("site")  # the framework the knobs act on is here, and they are being put in place
     try:
         if os.environ.get("GITMD_CUDNN_BENCHMARK") == "1":
-            torch_module.backends.cudnn.benchmark = True
-            _report("GITMD_CUDNN_BENCHMARK")
+            _cudnn_benchmark(torch_module)
     except Exception:
         pass
     _pin_dataloader(torch_module)

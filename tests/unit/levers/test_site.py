@@ -56,7 +56,10 @@ def fake_torch(top: Path) -> Path:
     pkg = top / "fw" / "torch"
     (pkg / "utils" / "data").mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "class _C: benchmark = False\nclass backends: cudnn = _C\n"
+        # cudnn as PyTorch has it: an instance of a module class whose flags are data descriptors
+        "class _Prop:\n    v = False\n    def __get__(self, obj, cls=None): return _Prop.v\n"
+        "    def __set__(self, obj, value): _Prop.v = bool(value)\n"
+        "class _CudnnModule: benchmark = _Prop()\nclass backends: cudnn = _CudnnModule()\n"
         "class cuda:\n    emptied = 0\n    @staticmethod\n    def is_available(): return True\n"
         "    @staticmethod\n    def empty_cache(): cuda.emptied += 1\n"
     )
@@ -128,6 +131,33 @@ def test_the_site_reports_what_it_changed_to_the_launchers_file(tmp_path: Path) 
     }
     r = py("import torch.utils.data as d; print(d.DataLoader([]).num_workers)", env, tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "4" and r.stderr == ""
+
+
+def test_cudnn_autotuning_is_said_to_have_acted_only_where_the_job_left_it_alone(tmp_path: Path) -> None:
+    """GITMD_CUDNN_BENCHMARK: the autotuner is on from PyTorch's import, and the knob is said to have
+    changed something at the process's exit, only if the job never set the flag itself (a job that
+    sets it, to True or to False, decides; gitmd's setting was then no change)."""
+    fake_torch(tmp_path)
+    path = tmp_path / "report.txt"
+
+    def run(code: str) -> tuple[str, list[str]]:
+        path.write_text("")
+        env = {
+            "PYTHONPATH": f"{SITE_DIR}:{tmp_path / 'fw'}",
+            "GITMD_SITE_REPORT": str(path),
+            "GITMD_CUDNN_BENCHMARK": "1",
+        }
+        r = py(code, env, tmp_path)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        return r.stdout.strip(), path.read_text().splitlines()
+
+    show = "import torch; print(torch.backends.cudnn.benchmark)"
+    assert run(show) == ("True", ["site", "GITMD_CUDNN_BENCHMARK"])  # left alone: gitmd's setting ran
+    own = "import torch\ntorch.backends.cudnn.benchmark = True\nprint(torch.backends.cudnn.benchmark)"
+    assert run(own) == ("True", ["site"])  # its own choice: the knob changed nothing
+    off = "import torch\ntorch.backends.cudnn.benchmark = False\nprint(torch.backends.cudnn.benchmark)"
+    assert run(off) == ("False", ["site"])  # its choice stands
+    assert run("import json; print(1)") == ("1", [])  # no PyTorch: nothing set, nothing said
 
 
 def test_the_free_guard_goes_first_on_ld_preload() -> None:
