@@ -275,9 +275,11 @@ def library_of(g: Gitmd) -> list[dict[str, Any]] | str:
 def said(name: str, runs: list[dict]) -> None:
     for r in runs:
         j = r.get("job") or {}
-        share = (j.get("cost") or {}).get("share")
+        cost = j.get("cost") or {}
         what = f"windows {j.get('windows')} phase {j.get('phase')!r} policy {j.get('policy_id')}"
-        print(f"{name} run {r['run']}: gitmd recorded {what} run_s {j.get('run_s')} share {share}")
+        cpu = f"gitmd cpu {cost.get('gitmd_cpu_s')} s host busy {cost.get('host_busy')}"
+        got = f"run_s {j.get('run_s')} share {cost.get('share')} {cpu}"
+        print(f"{name} run {r['run']}: gitmd recorded {what} {got}")
 
 
 def shared(

@@ -201,9 +201,17 @@ def cost_line(cost_json: str) -> str:
         if obs is not None and c.get("windows")
         else ""
     )
+    cpu = c.get("gitmd_cpu_s")
+    host = c.get("host_busy")
+    cpus = (
+        ""
+        if cpu is None
+        else f"; gitmd used {cpu:.2f} CPU-s while it ran"
+        + ("" if host is None else f", the host's CPUs {100 * host:.0f}% busy")
+    )
     return (
         f"{share}: {c.get('windows', 0)} windows ({c.get('window_s', 0):.1f} s, "
         f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model, "
         f"{c.get('attached_model_s', 0):.2f} s more with CUPTI left attached{observed}), losing trial arms "
-        f"{c.get('losing_arms_s', 0):.2f} s{trial}"
+        f"{c.get('losing_arms_s', 0):.2f} s{trial}{cpus}"
     )

@@ -75,6 +75,42 @@ def cpu_times(proc: Path, cores: tuple[int, ...]) -> tuple[int, int]:
     return sum(b for b, _ in picked), sum(t for _, t in picked)
 
 
+def host_cpu_ns(proc: Path = Path("/proc")) -> tuple[int, int] | None:
+    """(busy, total) ns summed over every CPU of the host; None where /proc/stat cannot be read."""
+    times = per_cpu_times(proc)
+    if not times:
+        return None
+    return sum(b for b, _ in times.values()), sum(t for _, t in times.values())
+
+
+def _stat_cpu_s(path: Path) -> float:
+    """A process's user and system CPU seconds, its reaped children's with them (``stat`` fields
+    14-17, after the command name, which may hold spaces and parentheses); 0 where it is gone."""
+    try:
+        fields = path.read_bytes().rsplit(b")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def own_cpu_s(proc: Path = Path("/proc")) -> float:
+    """CPU seconds this process has used: every thread of it, its reaped children (os.times) and its
+    live children (the daemon's analysis worker, /proc/PID/stat), so that a child reaped between two
+    reads moves from one part to the other and the sum goes on."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    children: set[int] = set()
+    try:
+        for task in (proc / "self" / "task").iterdir():
+            try:
+                children.update(int(x) for x in (task / "children").read_bytes().split())
+            except (OSError, ValueError):
+                continue
+    except OSError:
+        return total
+    return total + sum(_stat_cpu_s(proc / str(pid) / "stat") for pid in children)
+
+
 @dataclass
 class ContextSampler:
     """One window's sampler: ``start(pids)`` when the window opens, ``stop()`` when it closes."""

@@ -40,6 +40,14 @@
   the largest part (0.4-0.5 s per run on the H200 host, 2026-12-04);
 - ``total_share``: all of it, ``share`` with ``launcher_s`` over the command's exec-to-exit time
   (the length of the same command run plainly); null where ``share`` is.
+- ``gitmd_cpu_s``: measured — the CPU seconds gitmd itself used (every daemon thread and its
+  analysis worker) from the job's registration to this record, whichever job the work was for (a
+  previous run's last window analysed while this one starts counts here: numba-cuda-montecarlo
+  lost 29-33% in two runs, one of them without the shim and starting while the daemon still
+  analysed the run before, H100 2026-12-07); ``host_busy``: how busy the host's CPUs were over the
+  same span, all processes, 0-1; ``gitmd_host_share``: gitmd's part of the host's CPU capacity then.
+  Neither is a cost of the run: they are the evidence for host-CPU contention (a DataLoader-bound
+  job on a busy host) that the parts above cannot see. Null where /proc cannot be read.
 """
 
 from __future__ import annotations
@@ -119,6 +127,32 @@ def observation_of(
         if len(base) >= OBSERVATION_BASE:
             return max(0.0, mine - statistics.median(base)), clock
     return None, ""
+
+
+def cpu_now(d: Deps) -> tuple[float, tuple[int, int] | None] | None:
+    """gitmd's CPU seconds and the host's (busy, total) CPU ns now (Deps.own_cpu, Deps.host_cpu);
+    None where they cannot be read: never in the way of a registration."""
+    try:
+        return d.own_cpu(), d.host_cpu()
+    except Exception:
+        return None
+
+
+def cpu_used(d: Deps, start: tuple[float, tuple[int, int] | None] | None) -> dict[str, float | None]:
+    """What gitmd and the host did with the CPUs since ``start`` (cpu_now at the job's
+    registration): the module's ``gitmd_cpu_s``, ``host_busy`` and ``gitmd_host_share``."""
+    out: dict[str, float | None] = {"gitmd_cpu_s": None, "host_busy": None, "gitmd_host_share": None}
+    now = cpu_now(d)
+    if start is None or now is None:
+        return out
+    used = max(0.0, now[0] - start[0])
+    out["gitmd_cpu_s"] = round(used, 3)
+    if start[1] is not None and now[1] is not None:
+        busy, total = now[1][0] - start[1][0], now[1][1] - start[1][1]
+        if total > 0:
+            out["host_busy"] = round(min(1.0, max(0.0, busy / total)), 4)
+            out["gitmd_host_share"] = round(min(1.0, used * 1e9 / total), 4)
+    return out
 
 
 def attached_model_s(
@@ -208,6 +242,7 @@ def run_cost(
         "share": None if share is None else round(share, 4),
         "launcher_s": None if launcher_s is None else round(launcher_s, 3),
         "total_share": None if total is None else round(total, 4),
+        **cpu_used(d, st.cpu_at_start),
     }
     return json.dumps(doc, sort_keys=True)
 

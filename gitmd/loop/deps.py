@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gitmd.analysis.worker import GrangerWorker
+from gitmd.capture.context import host_cpu_ns, own_cpu_s
 from gitmd.capture.windows import CaptureManager
 from gitmd.config import Config
 from gitmd.events import Hub
@@ -49,6 +50,11 @@ class Deps:
     # pid -> the GPUs (index) whose latest telemetry sample lists it (Sampler.process_gpus): what job
     # views show
     gpu_pids: Callable[[], dict[int, tuple[int, ...]]] = dict
+    # gitmd's own CPU seconds (its threads and worker processes) and the host's (busy, total) CPU ns,
+    # read when a job registers and when it ends: what its cost record says gitmd and the host did
+    # with the CPUs while it ran (cost.py)
+    own_cpu: Callable[[], float] = own_cpu_s
+    host_cpu: Callable[[], tuple[int, int] | None] = host_cpu_ns
 
     def __post_init__(self) -> None:
         self.reports = JobReports(self.jobs.store)

@@ -13,6 +13,7 @@ from gitmd.jobs.launch_key import command_key, launch_key, owned, stated
 from gitmd.jobs.registry import Job, Registration
 from gitmd.levers.launch_env import LIVE_FLAG_LEVERS, LIVE_FLAGS_VAR, with_site
 from gitmd.levers.registry import PolicyEnv
+from gitmd.loop.cost import cpu_now
 from gitmd.loop.deps import Deps
 from gitmd.loop.observe import LATE_SHARE, Observe
 from gitmd.loop.publish import Publisher
@@ -86,6 +87,7 @@ class Launch:
         if "w" not in found and d.fleet_miss is not None:
             d.fleet_miss()  # a library miss: the fleet is asked in the background
         st = d.states.create(job.id)
+        st.cpu_at_start = cpu_now(d)
         workload = found.get("w")
         surely = any(sure.values())
         if workload is not None:

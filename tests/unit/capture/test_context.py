@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from gitmd.capture.context import ContextSampler, cpu_times
+from gitmd.capture.context import ContextSampler, cpu_times, host_cpu_ns, own_cpu_s
 from gitmd.config import SimConfig, SimProcess, ThrottleEpisode
 from gitmd.telemetry.backend import REASON_BITS
 from gitmd.telemetry.sim import SimBackend
@@ -84,3 +84,40 @@ def test_a_job_that_is_gone_costs_nothing_but_its_values() -> None:
 def test_cpu_times_reads_proc_stat() -> None:
     busy, total = cpu_times(__import__("pathlib").Path("/proc"), (0,))
     assert 0 < busy <= total
+
+
+def test_own_cpu_counts_a_live_child_and_keeps_it_once_reaped(tmp_path: __import__("pathlib").Path) -> None:
+    """gitmd's CPU seconds hold its analysis worker (a live child, read from /proc) and go on holding
+    it once the child is reaped (os.times' children): the sum never drops."""
+    before = own_cpu_s()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        live = before
+        while time.monotonic() < deadline:  # the child's 0.6 s of CPU shows while it is alive
+            live = own_cpu_s()
+            if live - before >= 0.5:
+                break
+            time.sleep(0.05)
+        assert live - before >= 0.5
+    finally:
+        child.kill()
+        child.wait()
+    assert own_cpu_s() >= live - 0.02  # reaped: moved to os.times' children, not lost
+    # a /proc without the process's tasks: its own and reaped children's seconds only
+    assert 0 < own_cpu_s(tmp_path) <= own_cpu_s()
+
+
+def test_host_cpu_sums_every_cpu_and_is_none_without_proc_stat(tmp_path: __import__("pathlib").Path) -> None:
+    got = host_cpu_ns()
+    assert got is not None and 0 < got[0] <= got[1]
+    assert host_cpu_ns(tmp_path) is None
+    (tmp_path / "stat").write_text("cpu  1 0 1 8 0 0 0 0\ncpu0 1 0 1 8 0 0 0 0\ncpu1 3 0 0 7 0 0 0 0\n")
+    busy, total = host_cpu_ns(tmp_path)  # type: ignore[misc]
+    assert busy * 4 == total  # (2 + 3) busy ticks of (10 + 10): the per-CPU lines, not the sum line
