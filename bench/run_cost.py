@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.corpus.scoreboard import usage_now, usage_since  # noqa: E402
 from bench.crash_soak import CONFIG, Program, corpus_programs  # noqa: E402
 from bench.harness import Gitmd  # noqa: E402
 
@@ -77,15 +78,6 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tupl
     t0, r0 = time.monotonic(), time.time_ns()
     p = subprocess.run(argv, capture_output=True, env=env, cwd=cwd)
     return time.monotonic() - t0, p.returncode, p.stderr.decode("utf-8", "replace"), r0, time.time_ns()
-
-
-def cpu_s(pid: int) -> float:
-    """The process's CPU seconds so far, its threads' user and system time (/proc/<pid>/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def child_span(stderr: str) -> tuple[int, int] | None:
@@ -215,10 +207,10 @@ def main() -> int:
                 for m in turn:
                     i += 1
                     argv, env = command(m, progs[p], g, scratch, i, a.debug)
-                    before = cpu_s(g.proc.pid) if g.proc else float("nan")
+                    before = usage_now(g)
                     s, rc, err, r0, r1 = timed(argv, env, progs[p].cwd)
                     span = child_span(err)
-                    daemon = (cpu_s(g.proc.pid) if g.proc else float("nan")) - before
+                    use = usage_since(before, g)  # the run's CPU and context switches, gitmd's CPU
                     shim = [ln for ln in err.splitlines() if ln.startswith(("gitm shim", "gitmctl"))]
                     job = re.search(r"^gitmctl run: job ([0-9a-f]+)", err, re.M)
                     inner = {
@@ -227,7 +219,8 @@ def main() -> int:
                         "after_s": (r1 - span[1]) / 1e9 if span else None,
                     }
                     runs.append({"program": p, "mode": m, "round": r, "wall_s": s, **inner, "exit": rc,
-                                 "job": job.group(1) if job else "", "daemon_cpu_s": round(daemon, 3),
+                                 "job": job.group(1) if job else "", "daemon_cpu_s": use["gitmd_cpu_s"],
+                                 "cpu_s": use["cpu_s"], "nivcsw": use["nivcsw"],
                                  "stderr": shim[-40:]})  # fmt: skip
                     if rc != 0:
                         failures.append(f"{p} {m} round {r}: exit {rc}")
@@ -280,14 +273,26 @@ def main() -> int:
                     print(f"  {p} {m}: program {c:.3f} s (plain's whole wall {base:.3f}), "
                           f"before {b:.3f} s, after {e:.3f} s")  # fmt: skip
     print(
-        "\ngitmd's own CPU seconds during each run (its threads; the job's sampling, windows, analysis), "
-        "median"
+        "\ngitmd's own CPU seconds during each run (its threads and child processes; sampling, windows, "
+        "analysis), median"
     )
     for p in names:
         cells = []
         for m in modes:
-            got = [r["daemon_cpu_s"] for r in runs if r["program"] == p and r["mode"] == m and r["exit"] == 0]
+            mine = [r for r in runs if r["program"] == p and r["mode"] == m and r["exit"] == 0]
+            got = [float(r["daemon_cpu_s"]) for r in mine if r["daemon_cpu_s"] is not None]
             cells.append(f"{m} {statistics.median(got):.3f}" if got else f"{m} -")
+        print(f"  {p}: " + ", ".join(cells))
+    print("\nthe run's own process tree (with gitmctl run where it ran), median CPU s / involuntary switches")
+    for p in names:
+        cells = []
+        for m in modes:
+            mine = [r for r in runs if r["program"] == p and r["mode"] == m and r["exit"] == 0]
+            if not mine:
+                cells.append(f"{m} -")
+                continue
+            cpu = statistics.median(float(r["cpu_s"]) for r in mine)
+            cells.append(f"{m} {cpu:.3f} / {statistics.median(int(r['nivcsw']) for r in mine):.0f}")
         print(f"  {p}: " + ", ".join(cells))
     start = launcher_start(a.launcher_start)
     if start:

@@ -39,6 +39,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,6 +69,7 @@ from bench.crash_soak import (  # noqa: E402
 )
 from bench.harness import Gitmd  # noqa: E402
 from gitmd.api.pb import pb  # noqa: E402
+from gitmd.capture.context import tree_cpu_s  # noqa: E402
 from gitmd.levers.describe import catalog  # noqa: E402
 
 POLICY_NOTE = "launching with its validated policy"
@@ -103,27 +105,54 @@ def gitmd_runs(
     return out
 
 
+USAGE = ("cpu_s", "nivcsw", "gitmd_cpu_s")
+
+
+def usage_now(g: Gitmd) -> tuple[resource.struct_rusage, float | None]:
+    """What the runs so far used (this harness's reaped children) and gitmd's CPU seconds now."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN), tree_cpu_s(g.proc.pid) if g.proc else None
+
+
+def usage_since(before: tuple[resource.struct_rusage, float | None], g: Gitmd) -> dict[str, Any]:
+    """One run's use of the host, measured beside it and alike for both arms: ``cpu_s`` the CPU
+    seconds of its process tree (the program, the children it reaped, and for gitmd's arm
+    `gitmctl run` itself), ``nivcsw`` its involuntary context switches (it was runnable and another
+    process took its CPU), ``gitmd_cpu_s`` the CPU seconds gitmd (daemon and worker) used meanwhile,
+    whichever arm ran. The harness runs one program at a time, so its reaped children are that run's.
+    They say whether a run that lost did more CPU work, waited for CPUs, or ran beside a busy gitmd."""
+    r0, g0 = before
+    r1, g1 = usage_now(g)
+    return {
+        "cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3),
+        "nivcsw": r1.ru_nivcsw - r0.ru_nivcsw,
+        "gitmd_cpu_s": None if g0 is None or g1 is None else round(max(0.0, g1 - g0), 3),
+    }
+
+
 def one_run(p: Program, g: Gitmd, i: int, logs: Path, timeout_s: float) -> dict[str, Any]:
     """Run i + 1 of the program: plain and through `gitmctl run` with no flags, in alternating order."""
     ctl = [PY, "-m", "gitmctl", "--socket", str(g.socket), "run", "--name", f"corpus-{p.name}", "--"]
     order = ("plain", "gitmd") if i % 2 == 0 else ("gitmd", "plain")
     got = {}
     for arm in order:
+        before = usage_now(g)
         got[arm] = run_once(p, [] if arm == "plain" else ctl, logs / f"{p.name}.log", timeout_s)
+        got[arm].update(usage_since(before, g))
     plain, mine = got["plain"], got["gitmd"]
     r = ratio(seconds(p, plain), seconds(p, mine))
     run = {
         "run": i + 1,
         "order": list(order),
-        "plain": {k: plain[k] for k in ("exit", "wall_s", "clock", "clock_quantum")},
-        "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "clock_quantum", "notes")},
+        "plain": {k: plain[k] for k in ("exit", "wall_s", "clock", "clock_quantum", *USAGE)},
+        "gitmd": {k: mine[k] for k in ("exit", "wall_s", "clock", "clock_quantum", "notes", *USAGE)},
         "ratio": r,
         "cost": None if r is None else round(max(0.0, 1 / r - 1), 4),
         "violation": mine["exit"] != plain["exit"] or mine["out"] != plain["out"],
         "policy_at_launch": any(POLICY_NOTE in n for n in mine["notes"]),
         "trial_arm": next((n for n in mine["notes"] if "launch trial" in n), ""),
     }
-    print(f"{p.name} run {i + 1}: ratio {r} notes {mine['notes']}", flush=True)
+    use = " ".join(f"{k} {plain[k]}/{mine[k]}" for k in USAGE)
+    print(f"{p.name} run {i + 1}: ratio {r} ({use}, plain/gitmd) notes {mine['notes']}", flush=True)
     quanta = (plain["clock_quantum"], mine["clock_quantum"])
     coarse = max((q for q in quanta if q is not None), default=0.0)
     if coarse > COARSE_CLOCK:

@@ -83,32 +83,71 @@ def host_cpu_ns(proc: Path = Path("/proc")) -> tuple[int, int] | None:
     return sum(b for b, _ in times.values()), sum(t for _, t in times.values())
 
 
-def _stat_cpu_s(path: Path) -> float:
-    """A process's user and system CPU seconds, its reaped children's with them (``stat`` fields
-    14-17, after the command name, which may hold spaces and parentheses); 0 where it is gone."""
+def _stat_parts(path: Path) -> tuple[float, float] | None:
+    """A process's own user and system CPU seconds, and its reaped children's (``stat`` fields 14-15
+    and 16-17, after the command name, which may hold spaces and parentheses); None where it is gone."""
     try:
-        fields = path.read_bytes().rsplit(b")", 1)[1].split()
-        return sum(int(x) for x in fields[11:15]) / _CLK_TCK
+        f = [int(x) for x in path.read_bytes().rsplit(b")", 1)[1].split()[11:15]]
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return None
+    if len(f) < 4:
+        return None
+    return (f[0] + f[1]) / _CLK_TCK, (f[2] + f[3]) / _CLK_TCK
+
+
+def _stat_cpu_s(path: Path) -> float:
+    """A process's CPU seconds with its reaped children's; 0 where it is gone."""
+    parts = _stat_parts(path)
+    return sum(parts) if parts else 0.0
+
+
+def _children(proc: Path, pid: int | str) -> set[int]:
+    """The live child processes of ``pid`` (every thread's ``children``); empty where /proc says none."""
+    out: set[int] = set()
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out.update(int(x) for x in (task / "children").read_bytes().split())
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def own_cpu_s(proc: Path = Path("/proc")) -> float:
     """CPU seconds this process has used: every thread of it, its reaped children (os.times) and its
-    live children (the daemon's analysis worker, /proc/PID/stat), so that a child reaped between two
-    reads moves from one part to the other and the sum goes on."""
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
-    children: set[int] = set()
-    try:
-        for task in (proc / "self" / "task").iterdir():
-            try:
-                children.update(int(x) for x in (task / "children").read_bytes().split())
-            except (OSError, ValueError):
-                continue
-    except OSError:
-        return total
-    return total + sum(_stat_cpu_s(proc / str(pid) / "stat") for pid in children)
+    live children (the daemon's analysis worker, multiprocessing's resource tracker: /proc/PID/stat).
+    A child reaped between the reads would be in neither part: the reaped part is read again after
+    the live one and the whole read repeated when it moved, so the sum never drops."""
+    total = 0.0
+    for _ in range(5):
+        a = os.times()
+        live = sum(_stat_cpu_s(proc / str(pid) / "stat") for pid in _children(proc, "self"))
+        b = os.times()
+        total = b.user + b.system + b.children_user + b.children_system + live
+        if (a.children_user, a.children_system) == (b.children_user, b.children_system):
+            break
+    return total
+
+
+def tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """Another process's CPU seconds as own_cpu_s counts its own (the benchmarks read gitmd's this
+    way, from outside): its threads, its reaped children, its live children (read again when one
+    was reaped meanwhile); None once it is gone."""
+    stat = proc / str(pid) / "stat"
+    total = None
+    for _ in range(5):
+        before = _stat_parts(stat)
+        live = sum(_stat_cpu_s(proc / str(c) / "stat") for c in _children(proc, pid))
+        after = _stat_parts(stat)
+        if before is None or after is None:
+            return None
+        total = sum(after) + live
+        if before[1] == after[1]:
+            break
+    return total
 
 
 @dataclass

@@ -40,9 +40,10 @@
   the largest part (0.4-0.5 s per run on the H200 host, 2026-12-04);
 - ``total_share``: all of it, ``share`` with ``launcher_s`` over the command's exec-to-exit time
   (the length of the same command run plainly); null where ``share`` is.
-- ``gitmd_cpu_s``: measured — the CPU seconds gitmd itself used (every daemon thread and its
-  analysis worker) from the job's registration to this record, whichever job the work was for (a
-  previous run's last window analysed while this one starts counts here: numba-cuda-montecarlo
+- ``gitmd_cpu_s``: measured — the CPU seconds gitmd itself used (every daemon thread and its child
+  processes: the analysis worker, multiprocessing's resource tracker) from the job's registration
+  to this record, whichever job the work was for (a previous run's last window analysed while
+  this one starts counts here: numba-cuda-montecarlo
   lost 29-33% in two runs, one of them without the shim and starting while the daemon still
   analysed the run before, H100 2026-12-07); ``host_busy``: how busy the host's CPUs were over the
   same span, all processes, 0-1; ``gitmd_host_share``: gitmd's part of the host's CPU capacity then.
@@ -129,29 +130,38 @@ def observation_of(
     return None, ""
 
 
-def cpu_now(d: Deps) -> tuple[float, tuple[int, int] | None] | None:
-    """gitmd's CPU seconds and the host's (busy, total) CPU ns now (Deps.own_cpu, Deps.host_cpu);
-    None where they cannot be read: never in the way of a registration."""
+def cpu_now(d: Deps) -> tuple[float | None, tuple[int, int] | None]:
+    """gitmd's CPU seconds and the host's (busy, total) CPU ns now (Deps.own_cpu, Deps.host_cpu),
+    each None where it cannot be read: never in the way of a registration or of the record."""
     try:
-        return d.own_cpu(), d.host_cpu()
+        own: float | None = float(d.own_cpu())
     except Exception:
-        return None
+        own = None
+    try:
+        host = d.host_cpu()
+        host = (int(host[0]), int(host[1])) if host is not None else None
+    except Exception:
+        host = None
+    return own, host
 
 
-def cpu_used(d: Deps, start: tuple[float, tuple[int, int] | None] | None) -> dict[str, float | None]:
+def cpu_used(d: Deps, start: tuple[float | None, tuple[int, int] | None] | None) -> dict[str, float | None]:
     """What gitmd and the host did with the CPUs since ``start`` (cpu_now at the job's
-    registration): the module's ``gitmd_cpu_s``, ``host_busy`` and ``gitmd_host_share``."""
+    registration; None for a job registered before this gitmd started): the module's
+    ``gitmd_cpu_s``, ``host_busy`` and ``gitmd_host_share``, each null where not read."""
     out: dict[str, float | None] = {"gitmd_cpu_s": None, "host_busy": None, "gitmd_host_share": None}
-    now = cpu_now(d)
-    if start is None or now is None:
+    if start is None:
         return out
-    used = max(0.0, now[0] - start[0])
-    out["gitmd_cpu_s"] = round(used, 3)
-    if start[1] is not None and now[1] is not None:
-        busy, total = now[1][0] - start[1][0], now[1][1] - start[1][1]
+    own, host = cpu_now(d)
+    used = None if own is None or start[0] is None else max(0.0, own - start[0])
+    if used is not None:
+        out["gitmd_cpu_s"] = round(used, 3)
+    if start[1] is not None and host is not None:
+        busy, total = host[0] - start[1][0], host[1] - start[1][1]
         if total > 0:
             out["host_busy"] = round(min(1.0, max(0.0, busy / total)), 4)
-            out["gitmd_host_share"] = round(min(1.0, used * 1e9 / total), 4)
+            if used is not None:
+                out["gitmd_host_share"] = round(min(1.0, used * 1e9 / total), 4)
     return out
 
 

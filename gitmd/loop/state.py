@@ -87,7 +87,7 @@ class JobState:
     observation_note: str = ""  # why its observation ended early (its run's window budget spent)
     # at its registration: gitmd's own CPU seconds and the host's (busy, total) CPU ns (Deps.own_cpu,
     # Deps.host_cpu), against which its cost record reads what both did while it ran
-    cpu_at_start: tuple[float, tuple[int, int] | None] | None = None
+    cpu_at_start: tuple[float | None, tuple[int, int] | None] | None = None
     frameworks_seen: bool = False  # the frameworks its process runs were looked up (once a job)
     captured: bool = False  # it runs with the shim (a phase is kept for such jobs and resting ones)
     # it was registered for the shim and goes without it (a resting run, a launch trial's run):

@@ -5,6 +5,7 @@ gitmd's catalog; the summary is rebuilt from the raw file, with null where nothi
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,12 @@ def test_the_corpus_scoreboard_and_its_summary_on_a_cpu_program(short_tmp: Path)
     # gitmctl run timed each run from exec to exit and reported it: the run's length without a shim
     assert all(0 < j["wall_s"] <= x["gitmd"]["wall_s"] + 0.01 for j, x in zip(jobs, doc["runs"], strict=True))
     assert (out / "logs" / "toy-gitmd.log").stat().st_size > 0
+    # each arm's use of the host, measured alike: its process tree's CPU (gitmd's arm holds gitmctl
+    # run's own start too), its involuntary context switches, and the daemon's CPU meanwhile
+    for x in doc["runs"]:
+        assert all(x[arm]["cpu_s"] > 0 and x[arm]["nivcsw"] >= 0 for arm in ("plain", "gitmd")), x
+        assert all(x[arm]["gitmd_cpu_s"] >= 0 for arm in ("plain", "gitmd")), x
+    assert re.search(r"ratio [0-9.]+ \(cpu_s [0-9.]+/[0-9.]+ nivcsw \d+/\d+ gitmd_cpu_s ", r.stdout), r.stdout
     lever = doc["oracle"]["levers"]["cuda_device_max_connections"]
     assert lever["env"] and lever["outputs_held"]
     # the best setting: the lever when it beat the program as it is, else none ("plain", 1.0)

