@@ -43,10 +43,10 @@
 - ``gitmd_cpu_s``: measured — the CPU seconds gitmd itself used (every daemon thread and its child
   processes: the analysis worker, multiprocessing's resource tracker) from the job's registration
   to this record, whichever job the work was for (a previous run's last window analysed while
-  this one starts counts here: numba-cuda-montecarlo
-  lost 29-33% in two runs, one of them without the shim and starting while the daemon still
-  analysed the run before, H100 2026-12-07); ``host_busy``: how busy the host's CPUs were over the
-  same span, all processes, 0-1; ``gitmd_host_share``: gitmd's part of the host's CPU capacity then.
+  this one starts counts here: numba-cuda-montecarlo lost 29-33% in two runs, one of them without
+  the shim and starting while the daemon still analysed the run before, H100 2026-12-07);
+  ``host_busy``: how busy the host's CPUs were over the same span, all processes, 0-1;
+  ``gitmd_host_share``: gitmd's part of the host's CPU capacity then.
   Neither is a cost of the run: they are the evidence for host-CPU contention (a DataLoader-bound
   job on a busy host) that the parts above cannot see. Null where /proc cannot be read.
 """
