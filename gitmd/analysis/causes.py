@@ -116,6 +116,17 @@ class Cause:
     # dilute it in the window (H200 2026-12-03: fp32 GEMMs cost 23% of a window that CUPTI had made
     # launch-bound, and TF32 then gave the run 2.0x, the program's step 4.9x).
     ceiling: float = 0.0
+    # Levers that can reach less than the ceiling, and the most (a share of the window) each can:
+    # what bounds their plausible gain and their predicted one (choose.reach; queue_reach_ns)
+    bounds: tuple[tuple[str, float], ...] = ()
+
+    def bound(self, lever: str) -> float:
+        """The most of the window ``lever`` can reach, where the window bounds it (1.0: unbounded)."""
+        return min([1.0, *(b for n, b in self.bounds if n == lever)])
+
+    def reach(self, lever: str) -> float:
+        """The most of the job's time ``lever`` can give back through this cause."""
+        return min(self.ceiling, self.bound(lever))
 
 
 @dataclass
@@ -134,11 +145,13 @@ class _Builder:
         levers: tuple[str, ...] | None = None,
         scope_ns: float | None = None,
         kernel_time: bool = False,
+        bounds: dict[str, float] | None = None,
     ) -> None:
         """``levers``: the cause's lever classes in the order this window's evidence puts them
         (default: LEVERS' order). ``scope_ns``: the time the cause's mechanism occupies when its
         cost is an estimated saving (default: the cost); ``kernel_time``: that time is GPU kernel
-        time (its ceiling is then also taken over the GPU's busy time)."""
+        time (its ceiling is then also taken over the GPU's busy time); ``bounds``: levers that can
+        reach less than the ceiling (Cause.bounds)."""
         cost = max(0.0, float(cost_ns))
         share = cost / self.window_ns if self.window_ns else 0.0
         scope = max(cost, float(scope_ns or 0.0))
@@ -155,6 +168,7 @@ class _Builder:
                 LEVERS[name] if levers is None else levers,
                 eligible and share >= THRESHOLD,
                 min(1.0, ceiling),
+                tuple(sorted((bounds or {}).items())),
             )
         )
 
@@ -185,14 +199,49 @@ def busy_streams(r: Decoded) -> int:
     return int(np.unique(pairs[:, 0], return_counts=True)[1].max())
 
 
-def _launch_levers(streams: int) -> tuple[str, ...]:
-    """launch_bound's levers as this window's evidence allows: more hardware queues only give work
-    on one stream a way past work on another. With work on one stream per device there is none to
-    get past, and the lever changes nothing: a launch trial of it costs the workload runs and cannot
-    win (H200 2026-12-05: planned on the launch gaps of two single-stream programs, one's B arm 31%
-    slower by its wall time, one pair)."""
+def queue_reach_ns(r: Decoded) -> float:
+    """The most GPU time more hardware queues could give back in the window: on the device where it
+    is most, the time its kernels kept the GPU busy less the time its busiest stream's kernels did
+    (every other stream's kernels run entirely beside that stream's: the best any queueing can do;
+    kernels already overlapping count once). What the lever can reach, whatever the cause's share:
+    it lets independent streams' kernels overlap and shortens no launch gap (the host's time between
+    launches is the host's), so a launch-bound job whose GPU sits idle has almost nothing for it.
+
+    Kernels only: a copy beside another stream's kernels in these windows was their input or their
+    output, waited for on purpose, which no queue overlaps. Counted with copies, the bound of
+    timm-validate-imagefolder (dev half) was 7-8% of its windows and its B arm ran 25% slower;
+    kernels only, 0.4% (bench/results/2026-12-07-thirty-ninth-cpu.md). Not seen here: a queue held
+    by work waiting on an event (the GPU idle while another stream's work waits behind it in the
+    queue), which would take launch timestamps the shim does not record."""
+    k = r.kernels
+    if not len(k):
+        return 0.0
+    dev = k["device"].astype(np.int64)
+    stream = k["stream_id"].astype(np.int64)
+    start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
+    best = 0.0
+    for d in np.unique(dev):
+        on = dev == d
+        s, e = merge_intervals(start[on], end[on])
+        union = float((e - s).sum())
+        top = 0.0
+        for x in np.unique(stream[on]):
+            one = on & (stream == x)
+            s, e = merge_intervals(start[one], end[one])
+            top = max(top, float((e - s).sum()))
+        best = max(best, union - top)
+    return best
+
+
+def _launch_levers(queue_share: float) -> tuple[str, ...]:
+    """launch_bound's levers as this window's evidence allows: more hardware queues only when what
+    they could reach (queue_reach_ns, a share of the window) is above the causes' threshold. Until
+    2026-12-07 they were offered for work on more than one stream, and their launch trials planned
+    at the launch gaps' share (97%, a 33x "prediction"): of nine, none was kept, and their B arms
+    ran 24-31% slower on three dev-half programs and 4-14% on three test-half ones (H200
+    2026-12-04/05, H100 2026-12-07; bench/results/2026-12-07-thirty-ninth-cpu.md)."""
     got = LEVERS["launch_bound"]
-    return got if streams > 1 else tuple(x for x in got if x != MORE_QUEUES)
+    return got if queue_share >= THRESHOLD else tuple(x for x in got if x != MORE_QUEUES)
 
 
 def fp32_gemm_ns(r: Decoded) -> tuple[float, int]:
@@ -294,6 +343,7 @@ def rank(
     launch = max(0.0, b.launch_gap_ns - max(0.0, host_cost - b.sync_stall_ns) - cotenant_gap)
     kernels = max(1, b.kernels)
     streams = busy_streams(records)
+    queues = queue_reach_ns(records) / w if w else 0.0
     out.add(
         "launch_bound",
         launch,
@@ -301,7 +351,12 @@ def rank(
         f"GPU idle between the job's work {100 * b.launch_gap_ns / w:.1f}% of the window" if w else "",
         f"{b.kernels} kernels, {b.kernels_ns / kernels / 1e3:.1f} us each on average",
         f"work on {streams} stream(s)" if streams else "",
-        levers=_launch_levers(streams),
+        f"kernels of other streams than the busiest {100 * queues:.1f}% of the window (the most more "
+        f"hardware queues could overlap)"
+        if streams > 1
+        else "",
+        levers=_launch_levers(queues),
+        bounds={MORE_QUEUES: queues},
     )
     out.add(
         "sync_stall",

@@ -511,6 +511,37 @@ def test_a_lever_whose_last_two_tries_ended_with_no_pair_is_not_tried_again(tmp_
     assert why == "" and len(tried) == 3, why
 
 
+def test_a_lever_the_window_bounds_is_predicted_at_its_bound_not_at_its_causes_share(tmp_path: Path) -> None:
+    """Convergence issue, items 3 and 5: more hardware queues on a launch-bound job were predicted at
+    the launch gaps' share (97%: 33x) and went first; they can reach only the kernels off the busiest
+    stream (Cause.bounds, causes.queue_reach_ns). Bounded at 10% they predict 1.11x and an allocator
+    lever at 20% (1.25x) goes first; alone, the queues' trial is planned at 1.11x and its plausibility
+    bound is the 10% too."""
+    from gitmd.analysis.causes import MORE_QUEUES
+
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(reg)
+    svc.states.of(view.job.id).steady = True
+    launch = Cause(
+        "launch_bound", 9.7e6, 0.97, 0.9, ("x",), (MORE_QUEUES,), True, 0.97, ((MORE_QUEUES, 0.10),)
+    )
+    assert launch.reach(MORE_QUEUES) == 0.10 and launch.bound("cpu_affinity") == 1.0
+    alloc = Cause("allocator", 2e6, 0.2, 0.7, ("x",), ("alloc_expandable_segments",), True, 0.2)
+    for n in (1, 2):
+        shows(svc, n, [launch, alloc])
+        svc.loop.choose.launch(view.job.id)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == "alloc_expandable_segments" and t.predicted == pytest.approx(1.25)
+    svc.trials.end(t, "reverted", {})
+    for n in (3, 4):
+        shows(svc, n, [launch])
+        svc.loop.choose.launch(view.job.id)
+    q = next(x for x in svc.trials.of_workload(wid) if x.lever == MORE_QUEUES)
+    assert q.predicted == pytest.approx(1 / 0.9) and q.cause_share == pytest.approx(0.10)
+
+
 def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
     """Real H200 windows of tests/gpu's contended job (a launch-bound loop sharing its cores with a
     CPU hog, 2026-12-04, tests/fixtures/h200-2026-12-04): the planning window's host_contention
