@@ -209,8 +209,8 @@ def queue_reach_ns(r: Decoded) -> float:
 
     Kernels only: a copy beside another stream's kernels in these windows was their input or their
     output, waited for on purpose, which no queue overlaps. Counted with copies, the bound of
-    timm-validate-imagefolder (dev half) was 7-8% of its windows and its B arm ran 25% slower;
-    kernels only, 0.4% (bench/results/2026-12-07-thirty-ninth-cpu.md). Not seen here: a queue held
+    timm-validate-imagefolder (dev half) was 2-8% of its windows and its B arm ran 25% slower;
+    kernels only, 0.1-0.4% (bench/results/2026-12-07-thirty-ninth-cpu.md). Not seen here: a queue held
     by work waiting on an event (the GPU idle while another stream's work waits behind it in the
     queue), which would take launch timestamps the shim does not record."""
     k = r.kernels
@@ -235,11 +235,14 @@ def queue_reach_ns(r: Decoded) -> float:
 
 def _launch_levers(queue_share: float) -> tuple[str, ...]:
     """launch_bound's levers as this window's evidence allows: more hardware queues only when what
-    they could reach (queue_reach_ns, a share of the window) is above the causes' threshold. Until
-    2026-12-07 they were offered for work on more than one stream, and their launch trials planned
-    at the launch gaps' share (97%, a 33x "prediction"): of nine, none was kept, and their B arms
-    ran 24-31% slower on three dev-half programs and 4-14% on three test-half ones (H200
-    2026-12-04/05, H100 2026-12-07; bench/results/2026-12-07-thirty-ninth-cpu.md)."""
+    they could reach (queue_reach_ns, a share of the window) is above the causes' threshold. Before
+    2026-12-05 they were offered on any window, then for work on more than one stream, and planned
+    at the launch gaps' share (up to 97%: a 33x "prediction"). Of the nine launch trials of the lever
+    in the corpus files none was kept; their one pair's B arm ran 24-31% slower on three dev-half
+    programs, 4-14% slower on three test-half ones and 13% faster on one (single-stream); its oracle
+    measurements were 0.63-1.01x. In the 55 committed capture windows it could reach 0.4% at most,
+    except cupy-stream-map-reduce's (11 streams: 17%), where it is still offered (bench/queue_reach.py,
+    bench/results/2026-12-07-thirty-ninth-cpu.md)."""
     got = LEVERS["launch_bound"]
     return got if queue_share >= THRESHOLD else tuple(x for x in got if x != MORE_QUEUES)
 

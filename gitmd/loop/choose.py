@@ -256,6 +256,8 @@ class Choose:
         skipped: list[str] = []
         seen = False
         record = d.launch_trials.lever_record()
+        # the Python frameworks its process was seen to map ({}: not known, nothing is ruled out)
+        loads = {k.lower().replace("-", "_") for k in d.jobs.workload_frameworks(job.workload_id)}
         best: tuple[float, float, Cause, EnvLever] | None = None
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier or not cause.levers:
@@ -269,6 +271,15 @@ class Choose:
                     continue
                 lever = make_lever(name)
                 if not isinstance(lever, EnvLever):
+                    continue
+                if lever.acts_through and loads and lever.acts_through not in loads:
+                    # its variables are read by a library the program does not load: the trial's
+                    # runs cannot differ (H100 2026-12-07: DataLoader workers planned on a CuPy
+                    # program, cupy-cg, and on timm's benchmark, which loads torch and no DataLoader:
+                    # that one only its site report can tell, after a B arm)
+                    skipped.append(
+                        f"{name}: acts through {lever.acts_through}, which its process does not load"
+                    )
                     continue
                 if lever.live_form in cfg.live_levers and lever.live_form in st.tried:
                     skipped.append(f"{name}: its live form was tried on this run")

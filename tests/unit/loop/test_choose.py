@@ -542,6 +542,40 @@ def test_a_lever_the_window_bounds_is_predicted_at_its_bound_not_at_its_causes_s
     assert q.predicted == pytest.approx(1 / 0.9) and q.cause_share == pytest.approx(0.10)
 
 
+@pytest.mark.parametrize(
+    ("frameworks", "planned"),
+    [({"cupy-cuda12x": "13.6.0", "numpy": "2.2.6"}, "cpu_threads"),
+     ({"torch": "2.11.0"}, "dataloader_workers"), ({}, "dataloader_workers")],
+)  # fmt: skip
+def test_a_launch_lever_read_by_a_library_the_process_does_not_load_is_not_planned(
+    tmp_path: Path, frameworks: dict[str, str], planned: str
+) -> None:
+    """H100 2026-12-07: DataLoader workers (read by gitmd's sitecustomize once PyTorch is imported)
+    were planned on cupy-cg, a CuPy program: its trial's runs could not differ. A lever that acts
+    through a library the workload's process was seen not to map (jobs/frameworks.py) is skipped
+    and the next goes; with torch mapped, or nothing known of its process, it is planned as before."""
+    svc = make_service(tmp_path)
+    wid = recurring(svc, "train")
+    reg = Registration("train", ("python", "train.py"), "/srv", os.getuid(), os.getgid(), launch_key="train")
+    view, _ = svc.register_job(reg)
+    svc.states.of(view.job.id).steady = True
+    if frameworks:
+        svc.jobs.set_frameworks(view.job.id, frameworks)
+    # dataloader_workers first by prediction (host contention's larger share), cpu_threads next
+    host = Cause("host_contention", 4e6, 0.4, 0.8, ("x",), ("dataloader_workers",), True, 0.4)
+    launch = Cause("launch_bound", 2e6, 0.2, 0.7, ("x",), ("cpu_threads",), True, 0.2)
+    for n in (1, 2):
+        shows(svc, n, [host, launch])
+        why = svc.loop.choose.launch(view.job.id)
+    (t,) = svc.trials.of_workload(wid)
+    assert t.lever == planned, why
+    if planned == "cpu_threads":
+        shows(svc, 3, [host])
+        svc.trials.end(t, "reverted", {})
+        why = svc.loop.choose.launch(view.job.id)
+        assert "dataloader_workers: acts through torch, which its process does not load" in why
+
+
 def test_a_levers_reach_is_every_cause_it_addresses_together() -> None:
     """Real H200 windows of tests/gpu's contended job (a launch-bound loop sharing its cores with a
     CPU hog, 2026-12-04, tests/fixtures/h200-2026-12-04): the planning window's host_contention
