@@ -17,6 +17,7 @@ figure a file does not hold is not printed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tarfile
@@ -29,60 +30,50 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gitmd.analysis import causes  # noqa: E402
-from gitmd.analysis.breakdown import merge_intervals  # noqa: E402
-from gitmd.analysis.report import window_report  # noqa: E402
+from gitmd.analysis.report import analysed, window_report  # noqa: E402
 from gitmd.capture import capture_file  # noqa: E402
 from gitmd.records import Decoded  # noqa: E402
 
 
 def with_copies_ns(r: Decoded) -> float:
-    """queue_reach_ns with copies and memsets counted as their streams' work too."""
+    """queue_reach_ns with copies and memsets counted as their streams' work too: the stream work
+    of the window's kernels, copies and memsets as one record set for the one computation."""
     parts = [a for a in (r.kernels, r.memcpys, r.memsets) if len(a)]
     if not parts:
         return 0.0
-    dev = np.concatenate([p["device"] for p in parts]).astype(np.int64)
-    stream = np.concatenate([p["stream_id"] for p in parts]).astype(np.int64)
-    start = np.concatenate([p["start_ns"] for p in parts]).astype(np.int64)
-    end = np.concatenate([p["end_ns"] for p in parts]).astype(np.int64)
-    best = 0.0
-    for d in np.unique(dev):
-        on = dev == d
-        s, e = merge_intervals(start[on], end[on])
-        union, top = float((e - s).sum()), 0.0
-        for x in np.unique(stream[on]):
-            s, e = merge_intervals(start[on & (stream == x)], end[on & (stream == x)])
-            top = max(top, float((e - s).sum()))
-        best = max(best, union - top)
-    return best
+    cols = ("device", "stream_id", "start_ns", "end_ns")
+    work = np.zeros(sum(len(x) for x in parts), dtype=[(c, np.int64) for c in cols])
+    for c in cols:
+        work[c] = np.concatenate([x[c] for x in parts])
+    return causes.queue_reach_ns(dataclasses.replace(r, kernels=work))
 
 
 def windows(results: Path) -> list[dict[str, Any]]:
+    """One row per window: the process its causes are about (WindowReport.cause_pid), over the
+    records its breakdown covers (report.analysed), as gitmd attributes it."""
     rows = []
     for tgz in sorted(results.rglob("windows-*.tgz")):
         program = tgz.name[len("windows-") : -len(".tgz")]
         with tarfile.open(tgz) as tar:
             for m in tar.getmembers():
-                if not m.name.endswith(".npz"):
-                    continue
-                f = tar.extractfile(m)
+                f = tar.extractfile(m) if m.name.endswith(".npz") else None
                 if f is None:
                     continue
                 w = capture_file.loads(f.read())
                 rep = window_report(w)
                 lb = next((c for c in rep.causes if c.name == "launch_bound"), None)
-                spans = {q.pid: float(q.breakdown.window_ns) for q in rep.processes}
-                for p in w.processes:
-                    r = p.records
-                    if not len(r.kernels) or lb is None:
-                        continue
-                    span = spans.get(p.pid, 0.0)  # the window as attribution takes it (its shares' base)
-                    rows.append({
-                        "archive": str(tgz.relative_to(results)), "window": m.name, "program": program,
-                        "launch_bound": round(lb.share, 4), "streams": causes.busy_streams(r),
-                        "with_copies": round(with_copies_ns(r) / span, 4) if span else None,
-                        "kernels_only": round(causes.queue_reach_ns(r) / span, 4) if span else None,
-                        "offered_now": causes.MORE_QUEUES in lb.levers,
-                    })  # fmt: skip
+                main = next((p for p in w.processes if p.pid == rep.cause_pid), None)
+                if lb is None or main is None:
+                    continue
+                _, b, r = analysed(main.records.timed())
+                span = float(b.window_ns)
+                rows.append({
+                    "archive": str(tgz.relative_to(results)), "window": m.name, "program": program,
+                    "launch_bound": round(lb.share, 4), "streams": causes.busy_streams(r),
+                    "with_copies": round(with_copies_ns(r) / span, 4) if span else None,
+                    "kernels_only": round(lb.bound(causes.MORE_QUEUES), 4),  # gitmd's own (Cause.bounds)
+                    "offered_now": causes.MORE_QUEUES in lb.levers,
+                })  # fmt: skip
     return rows
 
 

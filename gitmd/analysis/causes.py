@@ -116,17 +116,14 @@ class Cause:
     # dilute it in the window (H200 2026-12-03: fp32 GEMMs cost 23% of a window that CUPTI had made
     # launch-bound, and TF32 then gave the run 2.0x, the program's step 4.9x).
     ceiling: float = 0.0
-    # Levers that can reach less than the ceiling, and the most (a share of the window) each can:
-    # what bounds their plausible gain and their predicted one (choose.reach; queue_reach_ns)
+    # Levers the window shows can reach less than the cause's share, and the most (a share of the
+    # window) each can: what their gain is predicted at (choose.Choose.launch; queue_reach_ns). Not
+    # their plausibility bound, which stays the ceiling: a bound can miss what the window cannot show.
     bounds: tuple[tuple[str, float], ...] = ()
 
     def bound(self, lever: str) -> float:
         """The most of the window ``lever`` can reach, where the window bounds it (1.0: unbounded)."""
         return min([1.0, *(b for n, b in self.bounds if n == lever)])
-
-    def reach(self, lever: str) -> float:
-        """The most of the job's time ``lever`` can give back through this cause."""
-        return min(self.ceiling, self.bound(lever))
 
 
 @dataclass
@@ -150,8 +147,8 @@ class _Builder:
         """``levers``: the cause's lever classes in the order this window's evidence puts them
         (default: LEVERS' order). ``scope_ns``: the time the cause's mechanism occupies when its
         cost is an estimated saving (default: the cost); ``kernel_time``: that time is GPU kernel
-        time (its ceiling is then also taken over the GPU's busy time); ``bounds``: levers that can
-        reach less than the ceiling (Cause.bounds)."""
+        time (its ceiling is then also taken over the GPU's busy time); ``bounds``: levers the window
+        shows can reach less than the cause's share (Cause.bounds)."""
         cost = max(0.0, float(cost_ns))
         share = cost / self.window_ns if self.window_ns else 0.0
         scope = max(cost, float(scope_ns or 0.0))
@@ -209,8 +206,8 @@ def queue_reach_ns(r: Decoded) -> float:
 
     Kernels only: a copy beside another stream's kernels in these windows was their input or their
     output, waited for on purpose, which no queue overlaps. Counted with copies, the bound of
-    timm-validate-imagefolder (dev half) was 2-8% of its windows and its B arm ran 25% slower;
-    kernels only, 0.1-0.4% (bench/results/2026-12-07-thirty-ninth-cpu.md). Not seen here: a queue held
+    timm-validate-imagefolder (dev half) was 2-13% of its windows and its B arm ran 25% slower;
+    kernels only, 0.1-0.6% (bench/results/2026-12-07-thirty-ninth-cpu-2.md). Not seen here: a queue held
     by work waiting on an event (the GPU idle while another stream's work waits behind it in the
     queue), which would take launch timestamps the shim does not record."""
     k = r.kernels
@@ -237,12 +234,13 @@ def _launch_levers(queue_share: float) -> tuple[str, ...]:
     """launch_bound's levers as this window's evidence allows: more hardware queues only when what
     they could reach (queue_reach_ns, a share of the window) is above the causes' threshold. Before
     2026-12-05 they were offered on any window, then for work on more than one stream, and planned
-    at the launch gaps' share (up to 97%: a 33x "prediction"). Of the nine launch trials of the lever
-    in the corpus files none was kept; their one pair's B arm ran 24-31% slower on three dev-half
-    programs, 4-14% slower on three test-half ones and 13% faster on one (single-stream); its oracle
-    measurements were 0.63-1.01x. In the 55 committed capture windows it could reach 0.4% at most,
-    except cupy-stream-map-reduce's (11 streams: 17%), where it is still offered (bench/queue_reach.py,
-    bench/results/2026-12-07-thirty-ninth-cpu.md)."""
+    at the launch gaps' share (up to 97%: a 33x "prediction"). Of the ten launch trials of the lever
+    in the corpus files none was kept; seven ran a B arm, which ran 24-31% slower on three dev-half
+    programs, 4-14% slower on three test-half ones and 13% faster on one (single-stream, one pair);
+    its oracle measurements were 0.63-1.01x. In 59 committed capture windows it could reach 0.6% at
+    most,
+    except cupy-stream-map-reduce's (11 streams: 16%), where it is still offered (bench/queue_reach.py,
+    bench/results/2026-12-07-thirty-ninth-cpu-2.md)."""
     got = LEVERS["launch_bound"]
     return got if queue_share >= THRESHOLD else tuple(x for x in got if x != MORE_QUEUES)
 

@@ -81,7 +81,9 @@ class LaunchTrial:
     runs: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] = field(default_factory=dict)
     cause_share: float = 0.0  # the most of the run the cause could take (its Cause.ceiling) when planned
-    predicted: float = 0.0  # the gain attribution predicted: 1 / (1 - the cause's cost share); 0: none
+    # the gain attribution predicted: 1 / (1 - the cause's cost share, or the smaller share the window
+    # shows the lever can reach: Cause.bounds); 0: none
+    predicted: float = 0.0
     skipped: int = 0  # launches of other command lines since its half-done pair's run ended
     created_ns: int = 0
 

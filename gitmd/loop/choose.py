@@ -9,6 +9,7 @@ import time
 from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport, idle_share
 from gitmd.errors import GitmdError
+from gitmd.jobs.frameworks import MAX_FRAMEWORKS
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -31,15 +32,15 @@ MAX_SHARE = 0.99  # a cause said to take the whole run predicts at most 100x (ne
 
 def reach(report: WindowReport, lever: str) -> float:
     """The most of the job's time a lever can give back: the ceilings of every cause above
-    threshold that it addresses, together (or less, where the window bounds what the lever can
-    reach through a cause: Cause.bounds) — for a lever that changes only the host's threads, no
+    threshold that it addresses, together — for a lever that changes only the host's threads, no
     more than the window's GPU-idle share (host contention is taken out of the same idle time as
     sync stalls and launch gaps: causes.rank). What bounds a plausible gain (live.beyond_cause,
     runs.LaunchTrial.bound). One cause's ceiling alone was too tight: a CPU placement on a contended
     launch-bound job removes its run-queue waits and the launch gaps they stretched (H200 2026-12-04:
     host_contention 66% bounded it at 2.96x; 0.146 and 0.230 ms steps against 0.044 with it, a 4.2x
-    the job's own windows showed, 95% 3.35-5.31)."""
-    got = sum(c.reach(lever) for c in report.causes if c.above_threshold and lever in c.levers)
+    the job's own windows showed, 95% 3.35-5.31). A cause's ``bounds`` (what the window shows a lever
+    can reach) set its predicted gain, not this: they can miss what a window cannot show."""
+    got = sum(c.ceiling for c in report.causes if c.above_threshold and lever in c.levers)
     if make_lever(lever).host_only:
         main = next((p for p in report.processes if p.pid == report.cause_pid), None)
         if main is not None:
@@ -256,8 +257,10 @@ class Choose:
         skipped: list[str] = []
         seen = False
         record = d.launch_trials.lever_record()
-        # the Python frameworks its process was seen to map ({}: not known, nothing is ruled out)
-        loads = {k.lower().replace("-", "_") for k in d.jobs.workload_frameworks(job.workload_id)}
+        # the Python frameworks its process was seen to map
+        # ({}: not known, nothing is ruled out; a list at its cap may have left the library out)
+        mapped = d.jobs.workload_frameworks(job.workload_id)
+        loads = {k.lower().replace("-", "_") for k in mapped} if len(mapped) < MAX_FRAMEWORKS else set()
         best: tuple[float, float, Cause, EnvLever] | None = None
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier or not cause.levers:
@@ -289,7 +292,7 @@ class Choose:
                     continue  # its numbers could not be compared across runs (payloads come per window)
                 # the gain attribution predicts: the cause's share, or less where the window bounds
                 # what the lever can reach (more hardware queues on a launch-bound job: the cause's
-                # 97% predicted 33x for a lever that overlaps kernels of 2-3% of the window)
+                # 97% predicted 33x for a lever that could overlap kernels of 0-0.6% of the window)
                 predicted = 1 / (1 - min(cause.share, cause.bound(name), MAX_SHARE))
                 # what it is expected to give: the gain attribution predicts, as likely as this
                 # lever's launch trials on this host were kept (each trial costs the same runs)
