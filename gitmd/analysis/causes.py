@@ -207,9 +207,9 @@ def queue_reach_ns(r: Decoded) -> float:
     Kernels only: a copy beside another stream's kernels in these windows was their input or their
     output, waited for on purpose, which no queue overlaps. Counted with copies, the bound of
     timm-validate-imagefolder (dev half) was 2-13% of its windows and its B arm ran 25% slower;
-    kernels only, 0.1-0.6% (bench/results/2026-12-07-thirty-ninth-cpu-2.md). Not seen here: a queue held
-    by work waiting on an event (the GPU idle while another stream's work waits behind it in the
-    queue), which would take launch timestamps the shim does not record."""
+    kernels only, 0.1-0.6% (bench/results/2026-12-07-thirty-ninth-cpu-2.md). Not seen here: a
+    queue held by work waiting on an event (the GPU idle while another stream's work waits behind it
+    in the queue), which would take launch timestamps the shim does not record."""
     k = r.kernels
     if not len(k):
         return 0.0
@@ -238,9 +238,8 @@ def _launch_levers(queue_share: float) -> tuple[str, ...]:
     in the corpus files none was kept; seven ran a B arm, which ran 24-31% slower on three dev-half
     programs, 4-14% slower on three test-half ones and 13% faster on one (single-stream, one pair);
     its oracle measurements were 0.63-1.01x. In 59 committed capture windows it could reach 0.6% at
-    most,
-    except cupy-stream-map-reduce's (11 streams: 16%), where it is still offered (bench/queue_reach.py,
-    bench/results/2026-12-07-thirty-ninth-cpu-2.md)."""
+    most, except in cupy-stream-map-reduce's (11 streams: 16%), where it is still offered
+    (bench/queue_reach.py, bench/results/2026-12-07-thirty-ninth-cpu-2.md)."""
     got = LEVERS["launch_bound"]
     return got if queue_share >= THRESHOLD else tuple(x for x in got if x != MORE_QUEUES)
 
