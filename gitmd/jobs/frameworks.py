@@ -74,6 +74,16 @@ def plain_frameworks(raw: object) -> dict[str, str]:
     )
 
 
+def maps_library(frameworks: dict[str, str], library: str) -> bool | None:
+    """Whether a process whose frameworks (frameworks_of) are these maps the distribution ``library``
+    (names compared as this module normalises them); None where that is not known: nothing read,
+    or a list at MAX_FRAMEWORKS, which may have left it out (torch sorts after a CUDA wheel's eleven
+    nvidia-* distributions)."""
+    if not frameworks or len(frameworks) >= MAX_FRAMEWORKS:
+        return None
+    return _norm(library) in {_norm(k) for k in frameworks}
+
+
 def frameworks_of(pid: int, proc: Path = Path("/proc")) -> dict[str, str]:
     """Distribution name -> version of the Python packages whose files the process has mapped (at
     most MAX_FRAMEWORKS, by name); {} when its maps cannot be read."""

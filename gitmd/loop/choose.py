@@ -9,7 +9,7 @@ import time
 from gitmd.analysis.causes import Cause
 from gitmd.analysis.report import WindowReport, idle_share
 from gitmd.errors import GitmdError
-from gitmd.jobs.frameworks import MAX_FRAMEWORKS
+from gitmd.jobs.frameworks import maps_library
 from gitmd.jobs.registry import Job
 from gitmd.levers.base import Risk
 from gitmd.levers.launch_env import EnvLever
@@ -257,10 +257,7 @@ class Choose:
         skipped: list[str] = []
         seen = False
         record = d.launch_trials.lever_record()
-        # the Python frameworks its process was seen to map
-        # ({}: not known, nothing is ruled out; a list at its cap may have left the library out)
-        mapped = d.jobs.workload_frameworks(job.workload_id)
-        loads = {k.lower().replace("-", "_") for k in mapped} if len(mapped) < MAX_FRAMEWORKS else set()
+        mapped = d.jobs.workload_frameworks(job.workload_id)  # the Python frameworks its process maps
         best: tuple[float, float, Cause, EnvLever] | None = None
         for cause in report.causes:
             if not cause.above_threshold or cause.name not in earlier or not cause.levers:
@@ -275,11 +272,11 @@ class Choose:
                 lever = make_lever(name)
                 if not isinstance(lever, EnvLever):
                     continue
-                if lever.acts_through and loads and lever.acts_through not in loads:
+                if lever.acts_through and maps_library(mapped, lever.acts_through) is False:
                     # its variables are read by a library the program does not load: the trial's
                     # runs cannot differ (H100 2026-12-07: DataLoader workers planned on a CuPy
                     # program, cupy-cg, and on timm's benchmark, which loads torch and no DataLoader:
-                    # that one only its site report can tell, after a B arm)
+                    # that one only its site report can tell, after its B runs). Not known: planned
                     skipped.append(
                         f"{name}: acts through {lever.acts_through}, which its process does not load"
                     )

@@ -123,9 +123,10 @@ def test_more_hardware_queues_are_offered_only_where_they_could_reach_the_thresh
 
 def test_real_multi_stream_windows_offer_more_queues_only_to_kernels_on_more_streams_than_queues() -> None:
     """Two real H100 windows of dev-half corpus programs (tests/fixtures/queues). timm's image-folder
-    validation, launch-bound on two streams (kernels on one, their input copies on the other): its
-    launch gaps' share once put more hardware queues first at a 4.7x prediction, and that lever's B
-    arm ran 25% slower; what they could reach is 0.1% of the window: the lever is not offered, the
+    validation, launch-bound on two streams (kernels on one, their input copies on the other): by
+    its launch gaps' share (79%) the old rule would have predicted the lever 4.7x here, and its B arm
+    on this program ran 25% slower (H200 2026-12-04); what they could reach is 0.1% of the window:
+    the lever is not offered, the
     other launch levers stay. CuPy's map-reduce runs its kernels one after another on 11 streams, more
     than the 8 queues a device has by default: the one corpus window where more queues could overlap
     kernels (16% of it), and the lever is offered there, at that prediction, not at its 71% launch

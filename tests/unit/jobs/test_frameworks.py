@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gitmd.jobs.frameworks import frameworks_of
+from gitmd.jobs.frameworks import MAX_FRAMEWORKS, frameworks_of, maps_library
 
 
 def _maps(*paths: str) -> str:
@@ -66,3 +66,13 @@ def test_what_a_user_planted_in_their_site_packages_is_not_followed_or_trusted(t
     (proc / "7").mkdir(parents=True)
     (proc / "7" / "maps").write_text(_maps(f"{site}/torch/x.so", f"{site}/cupy/y.so", f"{site}/jax/z.so"))
     assert frameworks_of(7, proc) == {"torch": "2.0"}
+
+
+def test_whether_a_process_maps_a_library_is_known_only_from_a_list_below_its_cap() -> None:
+    """maps_library: names as the module normalises them; None with nothing read or a list at
+    MAX_FRAMEWORKS (it may have left the library out: choose.launch then rules nothing out)."""
+    assert maps_library({"cupy-cuda12x": "13.6.0", "numpy": "2.2.6"}, "torch") is False
+    assert maps_library({"Torch": "2.11.0+cu130"}, "torch") is True
+    assert maps_library({"jax_cuda12_plugin": "0.7.0"}, "jax-cuda12-plugin") is True
+    assert maps_library({}, "torch") is None
+    assert maps_library({f"nvidia-lib{i:02d}": "12.0" for i in range(MAX_FRAMEWORKS)}, "torch") is None
