@@ -28,9 +28,9 @@ from bench.harness import Gitmd  # noqa: E402
 PROGRAM = [sys.executable, "-c", "pass"]
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
     t0 = time.monotonic()
-    subprocess.run(argv, check=True, capture_output=True, env=env)
+    subprocess.run(argv, check=True, capture_output=True, env=env, cwd=cwd)
     return time.monotonic() - t0
 
 
@@ -49,8 +49,10 @@ def main() -> int:
         for _ in range(a.runs):
             samples["plain"].append(timed(PROGRAM, dict(os.environ)))
             for t in trees:
+                # run from the tree: `python -m` puts the working directory first on sys.path,
+                # before PYTHONPATH (from this checkout's root every tree's run was this one's)
                 env = {**os.environ, "PYTHONPATH": str(t)}
-                samples[str(t)].append(timed([*ctl, *PROGRAM], env))
+                samples[str(t)].append(timed([*ctl, *PROGRAM], env, cwd=t))
     finally:
         g.stop()
     plain = statistics.median(samples["plain"])

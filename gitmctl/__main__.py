@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser, handlers = build_parser("run" if _verb(argv) == "run" else None)
     args = parser.parse_args(argv)
     args.json = getattr(args, "json", False)
-    from gitmctl.client import Client, ClientError, default_socket
+    from gitmctl.errors import ClientError, default_socket
 
     socket_path = getattr(args, "socket", None) or default_socket()
-    if args.verb == "run":  # runs the command even when gitmd is unreachable
+    if args.verb == "run":  # runs the command even when gitmd is unreachable; imports no grpc
         from gitmctl.commands import run
 
         status = run.run_command(args, socket_path, getattr(args, "timeout", 10.0))
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError):
                 pass
         os._exit(status & 0xFF)
+    from gitmctl.client import Client
+
     try:
         client = Client(socket_path, timeout_s=getattr(args, "timeout", 10.0))
         try:

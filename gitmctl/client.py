@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,35 +9,20 @@ from typing import Any
 
 import grpc
 
+from gitmctl.errors import (
+    DEFAULT_SOCKET,
+    EXIT_DENIED,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ClientError,
+    default_socket,
+    not_running,
+    status_error,
+)
 from gitmd.api.client_auth import TokenSource, authenticated, credential_socket_for
 from gitmd.api.pb import pb, pb_grpc
-
-DEFAULT_SOCKET = Path("/run/gitmd/gitmd.sock")
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-EXIT_NOT_FOUND = 4
-EXIT_DENIED = 5
-
-
-def default_socket() -> Path:
-    return Path(os.environ.get("GITMD_SOCKET") or DEFAULT_SOCKET)
-
-
-class ClientError(Exception):
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def _not_running(socket_path: Path, why: str) -> ClientError:
-    return ClientError(
-        f"gitmd is not running or not reachable at {socket_path} ({why}).\n"
-        "  Start it with `sudo systemctl start gitmd`, or `make run` in a source checkout,\n"
-        "  or point gitmctl at another socket with --socket PATH or GITMD_SOCKET.",
-        EXIT_UNAVAILABLE,
-    )
 
 
 class Client:
@@ -48,7 +32,7 @@ class Client:
         try:
             mode = socket_path.stat().st_mode
         except FileNotFoundError:
-            raise _not_running(socket_path, "no socket there") from None
+            raise not_running(socket_path, "no socket there") from None
         except PermissionError:
             raise ClientError(f"permission denied reading {socket_path}", EXIT_ERROR) from None
         if not stat.S_ISSOCK(mode):
@@ -86,23 +70,18 @@ class Client:
             raise self._translate(e) from None
 
     def _translate(self, e: grpc.RpcError) -> ClientError:
-        code = e.code()
-        details = e.details() or ""
-        if code == grpc.StatusCode.UNAVAILABLE:
-            return _not_running(self.socket_path, details or "unavailable")
-        if code == grpc.StatusCode.NOT_FOUND:
-            return ClientError(details, EXIT_NOT_FOUND)
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return ClientError(details, EXIT_USAGE)
-        if code == grpc.StatusCode.PERMISSION_DENIED:
-            return ClientError(f"permission denied: {details}", EXIT_DENIED)
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            return ClientError(f"not authenticated: {details}", EXIT_DENIED)
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return ClientError(f"refused, a limit was reached: {details}", EXIT_UNAVAILABLE)
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return ClientError(f"gitmd did not answer within {self.timeout_s:g} s", EXIT_UNAVAILABLE)
-        return ClientError(f"{code.name}: {details}", EXIT_ERROR)
+        return status_error(e.code().name, e.details() or "", self.socket_path, self.timeout_s)
 
 
-__all__ = ["Client", "ClientError", "default_socket", "pb"]
+__all__ = [
+    "DEFAULT_SOCKET",
+    "EXIT_DENIED",
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "Client",
+    "ClientError",
+    "default_socket",
+    "pb",
+]

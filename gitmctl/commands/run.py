@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gitmctl.client import EXIT_ERROR, EXIT_USAGE, Client, ClientError, pb
+from gitmctl import launch_client
+from gitmctl.errors import EXIT_ERROR, EXIT_USAGE, ClientError
 from gitmctl.launch import (
     clock_file,
     is_number,
@@ -96,17 +97,20 @@ def _gpus(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text!r}") from None
 
 
-def _contract(args: argparse.Namespace, cwd: str) -> Any:
-    c = pb.EquivalenceContract()
+def _contract(args: argparse.Namespace, cwd: str) -> dict[str, Any]:
+    """The run's equivalence contract (an EquivalenceContract in protobuf's JSON mapping)."""
+    checks: list[dict[str, Any]] = []
     if args.metric:
-        c.checks.add(kind="stdout_metric", regex=args.metric, rtol=args.rtol)
+        checks.append({"kind": "stdout_metric", "regex": args.metric, "rtol": args.rtol})
     for path in args.output:
-        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="checksum")
+        checks.append({"kind": "output_file", "path": os.path.join(cwd, path), "compare": "checksum"})
     for path in args.output_numeric:
-        c.checks.add(kind="output_file", path=os.path.join(cwd, path), compare="numeric", rtol=args.rtol)
-    if c.checks:
-        c.checks.add(kind="exit_status")
-    return c
+        checks.append(
+            {"kind": "output_file", "path": os.path.join(cwd, path), "compare": "numeric", "rtol": args.rtol}
+        )
+    if checks:
+        checks.append({"kind": "exit_status"})
+    return {"checks": checks}
 
 
 def _note(msg: str) -> None:
@@ -121,62 +125,69 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
         print("gitmctl run: no command given (usage: gitmctl run [--name N] -- CMD ARGS)", file=sys.stderr)
         return 2
     env = dict(os.environ)
-    client: Client | None = None
+    registered = False  # gitmd answered: the run is its job
     job_id = ""
+    resp: dict[str, Any] = {}
+    plan: dict[str, Any] = {}
     try:
-        client = Client(socket_path, timeout_s=timeout_s)
-        resp = client.call(
-            client.stub.RegisterJob,
-            pb.RegisterJobRequest(
-                name=args.name,
-                gpus=args.gpus,
-                launch_key=args.launch_key,
-                scheduler_job_id=args.scheduler_job_id,
-                allow_exploration=not args.no_explore,
-                background=args.background,
-                contract=_contract(args, os.getcwd()),
-                command=command,
-                cwd=os.getcwd(),
-                uid=os.getuid(),
-                gid=os.getgid(),
-                capture=not args.no_capture,
-                cpus=sorted(os.sched_getaffinity(0)),
-            ),
+        resp = launch_client.call(
+            socket_path,
+            "RegisterJob",
+            {
+                "name": args.name,
+                "gpus": list(args.gpus),
+                "launch_key": args.launch_key,
+                "scheduler_job_id": args.scheduler_job_id,
+                "allow_exploration": not args.no_explore,
+                "background": args.background,
+                "contract": _contract(args, os.getcwd()),
+                "command": command,
+                "cwd": os.getcwd(),
+                "uid": os.getuid(),
+                "gid": os.getgid(),
+                "capture": not args.no_capture,
+                "cpus": sorted(os.sched_getaffinity(0)),
+            },
+            timeout_s,
         )
-        job_id = resp.job_id
-        env = job_environment(os.environ, resp.plan.env)
-        for w in resp.plan.warnings:
+        # every scalar and list is in the answer; a message (plan, job, contract) only when set
+        job_id = str(resp["job_id"])
+        plan = resp.get("plan") or {}
+        registered = True
+        env = job_environment(os.environ, plan.get("env") or {})
+        for w in plan.get("warnings") or ():
             _note(w)
         if args.verbose:
-            _note(f"job {job_id} ({resp.job.name}), capture {'on' if resp.plan.capture else 'off'}")
-        if resp.plan.trial:
-            _note(resp.plan.trial)
-        if resp.plan.policy_id:
+            name = (resp.get("job") or {}).get("name", "")
+            _note(f"job {job_id} ({name}), capture {'on' if plan.get('capture') else 'off'}")
+        if plan.get("trial"):
+            _note(plan["trial"])
+        if int(plan.get("policy_id") or 0):
             _note(
-                f"known workload {resp.plan.workload_id}: launching with its {resp.plan.policy_status} "
-                f"policy {resp.plan.policy_id}"
+                f"known workload {plan.get('workload_id', '')}: launching with its "
+                f"{plan.get('policy_status', '')} policy {plan['policy_id']}"
             )
-        if resp.plan.cpus:
-            _pin(list(resp.plan.cpus))
+        if plan.get("cpus"):
+            _pin([int(c) for c in plan["cpus"]])
     except ClientError as e:
         if e.exit_code in (EXIT_USAGE, EXIT_ERROR):
             # our request was wrong (a bad contract, a bad name): say so and run nothing
             print(f"gitmctl run: {e}", file=sys.stderr)
             return e.exit_code
         _note(f"{str(e).splitlines()[0]}; running the command untraced")  # gitmd unreachable
-        client = None
     # With a stdout metric in the contract, stdout passes through a pipe so its numbers can be
     # reported at exit (gitmd never sees a job's stdout): the launch trials' contract needs them.
     # The contract is the run's flags, or the one its workload's owner gave once (library contract).
     metric = args.metric
     if not metric and job_id:
-        metric = next((c.regex for c in resp.job.contract.checks if c.kind == "stdout_metric"), "")
+        checks = ((resp.get("job") or {}).get("contract") or {}).get("checks") or ()
+        metric = next((c.get("regex", "") for c in checks if c.get("kind") == "stdout_metric"), "")
     try:
-        scan = [re.compile(metric)] if metric and client is not None else []
+        scan = [re.compile(metric)] if metric and registered else []
     except re.error:
         scan = []  # gitmd checked it; never stop the job over it
-    report = site_report_file(env, resp.plan.env) if client is not None else ""
-    stamps = clock_file(env, resp.plan.env, os.environ) if client is not None else ""
+    report = site_report_file(env, plan.get("env") or {}) if registered else ""
+    stamps = clock_file(env, plan.get("env") or {}, os.environ) if registered else ""
     # this launcher's own time before the exec (the interpreter's start, imports, registration): a
     # part of what gitmd costs the run, reported with the exit (launcher_s)
     before_s = process_age_s()
@@ -192,7 +203,7 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
             raise
         print(f"gitmctl run: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
         code = 127 if isinstance(e, FileNotFoundError) else 126
-        _report(client, job_id, code, args.verbose)
+        _report(socket_path, timeout_s, job_id, code, args.verbose)
         return code
 
     def forward(signum: int, _frame: object) -> None:
@@ -221,15 +232,15 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     wall_s = (ended - started) / 1e9  # the run's length where gitmd gave it no shim
     # and from its CUDA start, where gitmd gave it the clock library instead
     cuda_s = read_clock(stamps, started, ended) if stamps else None
-    metrics = [pb.StdoutMetric(regex=metric, values=found)] if scan else []
+    metrics = [{"regex": metric, "values": found}] if scan else []
     site = None
     if report:
         loaded, acted = read_site_report(report)
-        site = pb.SiteReport(loaded=loaded, acted=acted)
+        site = {"loaded": loaded, "acted": acted}
     launcher_s = None if before_s is None else before_s + (time.monotonic_ns() - ended) / 1e9
     if args.verbose and launcher_s is not None:
         _note(f"the launcher's own time around the command: {1000 * launcher_s:.0f} ms")
-    _report(client, job_id, status, args.verbose, metrics, wall_s, site, cuda_s, launcher_s)
+    _report(socket_path, timeout_s, job_id, status, args.verbose, metrics, wall_s, site, cuda_s, launcher_s)
     return 128 - status if status < 0 else status
 
 
@@ -246,32 +257,32 @@ def _pin(cpus: list[int]) -> None:
 
 
 def _report(
-    client: Client | None,
+    socket_path: Path,
+    timeout_s: float,
     job_id: str,
     status: int,
     verbose: bool,
-    metrics: list[Any] | None = None,
+    metrics: list[dict[str, Any]] | None = None,
     wall_s: float = 0.0,
-    site: Any = None,
+    site: dict[str, Any] | None = None,
     cuda_s: float | None = None,
     launcher_s: float | None = None,
 ) -> None:
-    if client is None or not job_id:
+    """The run's exit to gitmd (nothing where it was not registered: ``job_id`` empty)."""
+    if not job_id:
         return
+    request: dict[str, Any] = {
+        "job_id": job_id,
+        "exit_code": status,
+        "metrics": metrics or [],
+        "wall_s": wall_s,
+        "cuda_s": cuda_s or 0.0,
+        "launcher_s": launcher_s or 0.0,
+    }
+    if site is not None:
+        request["site"] = site
     try:
-        req = pb.ReportJobExitRequest(
-            job_id=job_id,
-            exit_code=status,
-            metrics=metrics or [],
-            wall_s=wall_s,
-            cuda_s=cuda_s or 0.0,
-            launcher_s=launcher_s or 0.0,
-        )
-        if site is not None:
-            req.site.CopyFrom(site)
-        client.call(client.stub.ReportJobExit, req)
+        launch_client.call(socket_path, "ReportJobExit", request, timeout_s)
     except ClientError as e:
         if verbose:
             _note(f"could not report the exit to gitmd: {e}")
-    finally:
-        client.close()

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
+
 from gitmctl import render
 from gitmctl.client import Client, ClientError, pb
 from gitmctl.commands.run import _contract, _gpus, add_contract_args
@@ -132,7 +134,7 @@ class Tuner:
         self.client = client
         self.command = command
         self.cwd = os.getcwd()
-        self.contract_pb = _contract(args, self.cwd)
+        self.contract_pb = json_format.ParseDict(_contract(args, self.cwd), pb.EquivalenceContract())
         self.checks = list(self.contract_pb.checks) or [pb.EquivalenceCheck(kind="exit_status")]
         self.time_rx = re.compile(args.time) if args.time else None
         self.logs = Path(tempfile.mkdtemp(prefix="gitm-tune-"))

@@ -18,8 +18,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from gitmd.api.launch_socket import LaunchServer
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.servicer import GitmdServicer
+from gitmd.api.sockets import launch_socket_for
 from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.gate import Gate
 from gitmd.config import RemoteConfig
@@ -71,6 +73,9 @@ class ApiServer:
         )
         servicer = GitmdServicer(service, gate, StreamSlots(workers), CallSlots(workers))
         pb_grpc.add_GitmdServicer_to_server(servicer, self.server)
+        self._servicer = servicer
+        self._gate = gate
+        self.launch: LaunchServer | None = None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (
@@ -92,7 +97,12 @@ class ApiServer:
         if self.remote is not None:
             self.tcp_port = self._listen_tls(self.remote)
         self.server.start()
-        self._secure_socket()
+        gid = self._secure_socket()
+        # the launchers' socket, with the API socket's mode and group (gitmd/api/launch_socket.py)
+        self.launch = LaunchServer(
+            launch_socket_for(self.socket_path), self._servicer, self._gate, self._mode, gid
+        )
+        self.launch.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving gRPC on unix:%s", self.socket_path)
@@ -119,7 +129,8 @@ class ApiServer:
         log.info("serving gRPC with mutual TLS on %s (port %d)", remote.listen, port)
         return int(port)
 
-    def _secure_socket(self) -> None:
+    def _secure_socket(self) -> int:
+        """The API socket's mode and group; the group's id where it was given one, else -1."""
         secure_socket(self.socket_path, self._mode)
         try:
             gid = grp.getgrnam(self._group).gr_gid
@@ -130,13 +141,17 @@ class ApiServer:
                 self.socket_path,
                 os.lstat(self.socket_path).st_gid,
             )
-            return
+            return -1
         try:
             secure_socket(self.socket_path, self._mode, gid)
         except PermissionError:
             log.warning("cannot give socket %s to group %r (not root?)", self.socket_path, self._group)
+            return -1
+        return gid
 
     def stop(self, grace_s: float) -> None:
+        if self.launch is not None:
+            self.launch.stop()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait(grace_s + 1)
         try:

@@ -70,6 +70,11 @@ def _abort(context: grpc.ServicerContext, e: GitmdError, rpc: str) -> None:
     context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
 
+def status_name(e: GitmdError) -> str:
+    """The gRPC status code's name an error of the project's hierarchy is answered with."""
+    return next((code.name for cls, code in _CODES if isinstance(e, cls)), grpc.StatusCode.INTERNAL.name)
+
+
 def _rpc(fn: Method) -> Handler:
     """Unary: admit the caller through the gate, run, turn errors into status codes."""
 
@@ -114,6 +119,17 @@ class GitmdServicer(pb_grpc.GitmdServicer):
         self.gate = gate
         self.streams = streams or StreamSlots(16)
         self.calls = calls or CallSlots(16)
+
+    def call_as(self, caller: Caller, rpc: str, request: Any) -> Any:
+        """A unary method for a caller admitted already (Gate.admit_peer: the launch socket), in
+        one of the caller's call slots, as ``_rpc`` runs it for a gRPC call; its errors are raised
+        (status_name says their code)."""
+        fn = getattr(type(self), rpc).__wrapped__
+        try:
+            with self.calls.hold(caller, rpc):
+                return fn(self, request, None, caller)
+        finally:
+            heap.release(request)
 
     # -- ownership -----------------------------------------------------------------------------
     def _deny(self, caller: Caller, rpc: str, target: str, why: str) -> PermissionDeniedError:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from gitmd.auth.access import Access, Caller
-from gitmd.auth.tokens import METADATA_KEY, TokenAuthority
+from gitmd.auth.tokens import METADATA_KEY, Peer, TokenAuthority
 from gitmd.errors import PermissionDeniedError, UnauthenticatedError
 from gitmd.store import audit
 from gitmd.store.audit import Audit
@@ -86,6 +86,14 @@ class Gate:
         except PermissionDeniedError as e:
             self.record(None, rpc, "denied", detail=str(e))
             raise
+        return self._checked(caller, rpc)
+
+    def admit_peer(self, peer: Peer, rpc: str) -> Caller:
+        """``admit`` for a caller the kernel named on a socket of gitmd's own (the launch socket:
+        SO_PEERCRED, no token needed)."""
+        return self._checked(self.access.local(peer), rpc)
+
+    def _checked(self, caller: Caller, rpc: str) -> Caller:
         try:
             self.access.check(caller, rpc)
         except PermissionDeniedError as e:

@@ -54,24 +54,32 @@ def peer_of(sock: socket.socket) -> Peer:
     return Peer(uid=uid, gid=gid, groups=frozenset(groups), pid=pid)
 
 
+def read_line(sock: socket.socket, limit: int, deadline_s: float = DEADLINE_S) -> bytes:
+    """What the peer sent up to and with its first newline, at most ``limit`` bytes (b"" when it
+    closed first; the bytes so far, no newline, when it sent ``limit`` without one), within
+    ``deadline_s`` for the whole line: a byte a second cannot hold a handler (TimeoutError)."""
+    deadline = time.monotonic() + deadline_s
+    line = bytearray()
+    while not line.endswith(b"\n") and len(line) < limit:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took too long")
+        sock.settimeout(left)
+        chunk = sock.recv(min(65536, limit - len(line)))
+        if not chunk:
+            break
+        line += chunk
+    return bytes(line)
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: CredentialServer
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        deadline = time.monotonic() + DEADLINE_S  # the whole exchange: a byte a second cannot hold it
         try:
             peer = peer_of(sock)
-            line = b""
-            while not line.endswith(b"\n") and len(line) < 64:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("the request took too long")
-                sock.settimeout(left)
-                chunk = sock.recv(64 - len(line))
-                if not chunk:
-                    break
-                line += chunk
+            line = read_line(sock, 64)
             parts = line.decode("ascii", "replace").split()
             if len(parts) != 2 or parts[0] != "TOKENS" or not parts[1].isdigit():
                 sock.sendall(b"ERR expected 'TOKENS <n>'\n")
@@ -86,33 +94,37 @@ class _Handler(socketserver.BaseRequestHandler):
             log.debug("credential socket: %s", e)
 
 
-class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """Tokens for local callers. Each exchange lasts at most DEADLINE_S and at most MAX_HANDLERS run
-    at once (PER_USER of one uid's, ROOT_RESERVED more for root); a connection beyond that is closed
-    at once (hardening issue, item 4: slow clients held a thread each, 2,951 threads, and with
-    TasksMax=1024 gitmd could start none)."""
+class PeerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A local socket whose every connection is one short exchange with a kernel-verified peer
+    (peer_of), served by ``handler``. Each exchange lasts at most DEADLINE_S of reading and at
+    most MAX_HANDLERS run at once (PER_USER of one uid's, ROOT_RESERVED more for root); a
+    connection beyond that is closed at once (hardening issue, item 4: slow clients held a thread
+    each, 2,951 threads, and with TasksMax=1024 gitmd could start none). ``mode`` and ``gid``
+    (-1: the daemon's own) are the socket's once bound."""
 
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, path: Path, authority: TokenAuthority) -> None:
+    def __init__(
+        self, path: Path, handler: type[socketserver.BaseRequestHandler], name: str, mode: int, gid: int = -1
+    ) -> None:
         self._lock = threading.Lock()
         self._active: dict[int, int] = {}  # uid -> exchanges running
         self._held: dict[int, int] = {}  # id(request) -> its uid, until its exchange ends
         self.refused = 0  # connections closed because every handler was busy
-        self.authority = authority
         self.path = path
+        self.name = name
         if len(os.fsencode(path)) > 107:
-            raise StartupError(f"credential socket path {path} is too long for a Unix socket")
+            raise StartupError(f"{name} path {path} is too long for a Unix socket")
         try:
             path.unlink()  # a stale socket of an earlier run; the main socket's lock already holds
         except FileNotFoundError:
             pass
         try:
-            super().__init__(str(path), _Handler)
+            super().__init__(str(path), handler)
         except OSError as e:
             raise StartupError(f"cannot listen on {path}: {e.strerror}") from e
-        secure_socket(path, 0o666)
+        secure_socket(path, mode, gid)
         self._thread: threading.Thread | None = None
 
     def _take(self, request: Any) -> bool:
@@ -161,9 +173,8 @@ class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServe
             self._give(request)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, name="credentials", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, name=self.name, daemon=True)
         self._thread.start()
-        log.info("issuing tokens on unix:%s", self.path)
 
     def stop(self) -> None:
         self.shutdown()
@@ -172,3 +183,15 @@ class CredentialServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServe
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+class CredentialServer(PeerServer):
+    """Tokens for local callers (the module's protocol), on a socket any local user may reach."""
+
+    def __init__(self, path: Path, authority: TokenAuthority) -> None:
+        self.authority = authority
+        super().__init__(path, _Handler, "credentials", 0o666)
+
+    def start(self) -> None:
+        super().start()
+        log.info("issuing tokens on unix:%s", self.path)

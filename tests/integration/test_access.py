@@ -292,6 +292,69 @@ def test_another_user_gets_nothing_of_a_job(
     assert len(denied) >= len(attempts)
 
 
+LAUNCH_PROBE = """
+import json, socket, sys
+from pathlib import Path
+from gitmctl.errors import ClientError
+from gitmctl.launch_client import call_socket
+
+api, job_id, owner_uid = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+out = {}
+def attempt(name, rpc, request):
+    try:
+        out[name] = call_socket(api, rpc, request, 10.0)
+    except ClientError as e:
+        out[name] = {"exit_code": e.exit_code, "message": str(e)}
+attempt("close_owners", "ReportJobExit", {"job_id": job_id, "exit_code": 1})
+attempt("as_owner", "RegisterJob", {"name": "x", "command": ["true"], "uid": owner_uid, "gid": owner_uid})
+attempt("own", "RegisterJob", {"name": "mine", "command": ["true"], "cwd": "/"})
+attempt("unknown_field", "RegisterJob", {"name": "x", "uid_of_anyone": 0})
+attempt("other_rpc", "ListJobs", {})
+with socket.socket(socket.AF_UNIX) as s:  # not JSON
+    s.connect(str(api.with_name("gitmd-launch.sock")))
+    s.sendall(b"TOKENS 4\\n")
+    out["garbage"] = json.loads(s.recv(65536))
+attempt("own_exit", "ReportJobExit", {"job_id": out["own"].get("job_id", ""), "exit_code": 0})
+print(json.dumps(out))
+"""
+
+
+def test_the_launch_socket_takes_the_kernels_uid_and_nothing_else(
+    acc_daemon: Daemon, people: dict[str, Any], owner_job: tuple[str, Any]
+) -> None:
+    """`gitmctl run`'s socket (no gRPC, no token: SO_PEERCRED) admits a caller as the gRPC gate
+    does: another user can neither close the owner's job nor register one as the owner; what it
+    registers is its own; only the launcher's two calls are served; bad input gets an error."""
+    d = acc_daemon
+    job_id, _ = owner_job
+    launch = d.socket.with_name("gitmd-launch.sock")
+    assert os.stat(launch).st_mode & 0o777 == os.stat(d.socket).st_mode & 0o777  # the API socket's mode
+    r = subprocess.run(
+        as_user(
+            OTHER, [sys.executable, "-c", LAUNCH_PROBE, str(d.socket), job_id, str(people[OWNER].pw_uid)]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["close_owners"]["exit_code"] == 5 and "not one of yours" in out["close_owners"]["message"]
+    assert out["as_owner"]["exit_code"] == 5
+    assert out["own"]["job"]["uid"] == people[OTHER].pw_uid and out["own"]["job"]["name"] == "mine"
+    assert out["own"]["plan"]["env"]  # a real launch plan: the job's directory at least
+    assert out["unknown_field"]["exit_code"] == 2 and "uid_of_anyone" in out["unknown_field"]["message"]
+    assert (
+        out["other_rpc"]["exit_code"] == 1
+        and "RegisterJob, ReportJobExit only" in out["other_rpc"]["message"]
+    )
+    assert out["garbage"]["error"]["code"] == "INVALID_ARGUMENT"
+    assert out["own_exit"]["id"] == out["own"]["job_id"] and out["own_exit"]["state"] == "exited"
+    job = json.loads(ctl(d.socket, "job", job_id, "--json").stdout)
+    assert job["state"] not in ("ended", "failed")  # the owner's job was not closed by the other user
+
+
 def test_owner_reader_and_admin(
     acc_daemon: Daemon, people: dict[str, Any], owner_job: tuple[str, Any]
 ) -> None:

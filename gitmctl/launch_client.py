@@ -1,0 +1,97 @@
+"""The launcher's two calls (RegisterJob, ReportJobExit), by gitmd's launch socket where it has one,
+else by gRPC: requests and responses are protobuf's JSON mapping of the API's messages (dicts,
+proto field names). Over the launch socket nothing but Python's standard library is imported: that
+is what it is for (gitmd/api/launch_socket.py says why and the protocol). gRPC stays the way for a
+daemon without it (an older gitmd) and for a request too large for it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from gitmctl.errors import EXIT_DENIED, ClientError, not_running, status_error
+from gitmd.api.sockets import launch_socket_for
+
+MAX_REQUEST_BYTES = 4 << 20  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
+MAX_ANSWER_BYTES = 64 << 20
+
+
+class NoLaunchSocket(Exception):
+    """gitmd serves no launch socket beside ``api_socket`` (none there, or nobody listening)."""
+
+
+def _exchange(path: Path, line: bytes, timeout_s: float) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise NoLaunchSocket(str(e)) from None
+        s.sendall(line)
+        data = bytearray()
+        while not data.endswith(b"\n") and len(data) <= MAX_ANSWER_BYTES:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return bytes(data)
+
+
+def call_socket(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """``rpc``'s response over the launch socket beside ``api_socket``. NoLaunchSocket where there is
+    none (or ``request`` is too large for it); ClientError as the gRPC client says it, otherwise."""
+    line = json.dumps({"rpc": rpc, "request": request}, separators=(",", ":")).encode() + b"\n"
+    if len(line) > MAX_REQUEST_BYTES:
+        raise NoLaunchSocket(f"the request is over {MAX_REQUEST_BYTES} bytes")
+    path = launch_socket_for(api_socket)
+    try:
+        data = _exchange(path, line, timeout_s)
+    except TimeoutError:
+        raise status_error("DEADLINE_EXCEEDED", "", api_socket, timeout_s) from None
+    except PermissionError:
+        raise ClientError(f"permission denied connecting to {path}", EXIT_DENIED) from None
+    except OSError as e:
+        raise not_running(api_socket, f"launch socket {path}: {e.strerror or e}") from None
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise not_running(api_socket, f"launch socket {path}: no answer")
+    if "error" in answer:
+        err = answer["error"] if isinstance(answer["error"], dict) else {}
+        raise status_error(
+            str(err.get("code", "UNKNOWN")), str(err.get("message", "")), api_socket, timeout_s
+        )
+    response = answer.get("response")
+    if not isinstance(response, dict):
+        raise not_running(api_socket, f"launch socket {path}: an answer without a response")
+    return response
+
+
+def call_grpc(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """``rpc``'s response by gRPC (the API socket), for a daemon with no launch socket."""
+    from google.protobuf import json_format
+
+    from gitmctl.client import Client, pb
+
+    client = Client(api_socket, timeout_s=timeout_s)
+    try:
+        message = json_format.ParseDict(request, getattr(pb, f"{rpc}Request")())
+        response = client.call(getattr(client.stub, rpc), message)
+    finally:
+        client.close()
+    return json_format.MessageToDict(
+        response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def call(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """``rpc``'s response (a dict: protobuf's JSON mapping, proto field names, every field there),
+    by the launch socket, else by gRPC; ClientError as gitmctl's other verbs raise it."""
+    try:
+        return call_socket(api_socket, rpc, request, timeout_s)
+    except NoLaunchSocket:
+        return call_grpc(api_socket, rpc, request, timeout_s)

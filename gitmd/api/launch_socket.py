@@ -1,0 +1,118 @@
+"""The launch socket: the two calls a launcher makes around every job (RegisterJob before the exec,
+ReportJobExit after the exit) without gRPC, so that `gitmctl run` need not import grpcio.
+
+Why: the launcher is on every job's path, and grpcio's import (it pulls in asyncio and ssl) with
+the generated protobuf code was most of the ~0.29 s it added before the exec on the H100 host
+(bench/results/2026-12-07-thirty-ninth-h100.md, run-cost): 7% of a 4-s program's run and the
+largest part of what gitmd cost the corpus's short programs. Over this socket the launcher needs
+only Python's standard library.
+
+Protocol (one exchange per connection): the client sends one line, a JSON object
+``{"rpc": "RegisterJob" | "ReportJobExit", "request": {...}}`` whose request is the RPC's request
+message in protobuf's JSON mapping (the API's own messages: no second schema), at most
+MAX_REQUEST_BYTES; the daemon answers one line, ``{"response": {...}}`` (the response message,
+proto field names, every field written) or ``{"error": {"code": "<gRPC status name>",
+"message": "..."}}``, and closes. The caller is who the kernel says connected (SO_PEERCRED, no
+token), admitted and audited by the same gate and call slots as a gRPC call, and the method is the
+servicer's own. The socket sits beside the API socket (``<stem>-launch.sock``) with its mode and
+group: whoever may not reach the API may not reach this. Each exchange's request must arrive within
+DEADLINE_S; at most MAX_HANDLERS exchanges run at once (PeerServer)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import socketserver
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from gitmd.api.pb import pb
+from gitmd.api.servicer import GitmdServicer, status_name
+from gitmd.auth.gate import Gate
+from gitmd.auth.peer import PeerServer, peer_of, read_line
+from gitmd.errors import GitmdError
+
+log = logging.getLogger(__name__)
+
+# the launcher's calls, each with its request message; no other RPC is served here
+RPCS = {"RegisterJob": pb.RegisterJobRequest, "ReportJobExit": pb.ReportJobExitRequest}
+# a command line's arguments (Linux's ARG_MAX is 2 MiB with the environment) and a run's stdout
+# metric (100,000 numbers, MAX_METRIC_VALUES of the launcher) fit; a larger request goes by gRPC
+MAX_REQUEST_BYTES = 4 << 20
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message[:2000]}}
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: LaunchServer
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        try:
+            peer = peer_of(sock)
+            line = read_line(sock, MAX_REQUEST_BYTES + 1)
+            answer = self.server.answer(peer, line)
+            sock.settimeout(self.server.reply_timeout_s)
+            sock.sendall(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+        except OSError as e:  # the client went away or timed out: nothing to do
+            log.debug("launch socket: %s", e)
+
+
+class LaunchServer(PeerServer):
+    """The launch socket for ``servicer``'s RegisterJob and ReportJobExit (the module's protocol)."""
+
+    reply_timeout_s = 10.0  # a launcher that stops reading its answer holds a handler no longer
+
+    def __init__(self, path: Path, servicer: GitmdServicer, gate: Gate, mode: int, gid: int = -1) -> None:
+        self.servicer = servicer
+        self.gate = gate
+        super().__init__(path, _Handler, "launch", mode, gid)
+
+    def start(self) -> None:
+        super().start()
+        log.info("serving launchers on unix:%s", self.path)
+
+    def answer(self, peer: Any, line: bytes) -> dict[str, Any]:
+        """The answer to one request ``line`` from ``peer`` (the module's protocol)."""
+        if len(line) > MAX_REQUEST_BYTES:
+            return _error("RESOURCE_EXHAUSTED", f"a request is at most {MAX_REQUEST_BYTES} bytes")
+        if not line.endswith(b"\n"):
+            return _error("INVALID_ARGUMENT", "expected one JSON line ending in a newline")
+        try:
+            body = json.loads(line)
+        except ValueError as e:
+            return _error("INVALID_ARGUMENT", f"not JSON: {e}")
+        if (
+            not isinstance(body, dict)
+            or set(body) != {"rpc", "request"}
+            or not isinstance(body["request"], dict)
+        ):
+            return _error("INVALID_ARGUMENT", 'expected {"rpc": NAME, "request": {...}}')
+        rpc = body["rpc"]
+        if rpc not in RPCS:
+            return _error("UNIMPLEMENTED", f"the launch socket serves {', '.join(RPCS)} only")
+        try:
+            request = json_format.ParseDict(body["request"], RPCS[rpc]())
+        except (json_format.ParseError, ValueError, TypeError) as e:
+            return _error("INVALID_ARGUMENT", f"{rpc}: {e}")
+        try:
+            caller = self.gate.admit_peer(peer, rpc)
+            response = self.servicer.call_as(caller, rpc, request)
+        except GitmdError as e:
+            code = status_name(e)
+            if code == "INTERNAL":
+                log.exception("%s failed (launch socket)", rpc)
+            return _error(code, str(e))
+        except Exception as e:  # one launcher's call never takes the socket down
+            log.exception("%s failed (launch socket)", rpc)
+            return _error("INTERNAL", f"{type(e).__name__}: {e}")
+        return {
+            "response": json_format.MessageToDict(
+                response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+        }

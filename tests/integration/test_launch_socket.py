@@ -1,0 +1,85 @@
+"""`gitmctl run`'s way to gitmd without gRPC (gitmd/api/launch_socket.py), against the real daemon
+over its real sockets with the real CLI: the launch path imports neither grpc nor protobuf, a
+daemon without the socket is reached by gRPC all the same, and bad input on the socket gets an
+error while it goes on serving. Access (whose uid a launch is) is in test_access.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+
+from tests.integration.conftest import Daemon, command, ctl_json
+
+
+def launch(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command("gitmctl"), "--socket", str(d.socket), "run", "-v", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def exchange(d: Daemon, data: bytes) -> dict[str, object]:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(d.socket.with_name("gitmd-launch.sock")))
+        s.sendall(data)
+        got = b""
+        while not got.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    return json.loads(got)  # type: ignore[no-any-return]
+
+
+def test_run_imports_no_grpc_and_registers_by_the_launch_socket(daemon: Daemon) -> None:
+    """The launcher's imports, as the interpreter lists them (PYTHONPROFILEIMPORTTIME): no grpc, no
+    protobuf; the job registered and its exit was reported all the same."""
+    argv = [*command("gitmctl"), "--socket", str(daemon.socket), "run", "-v", "--name", "lean", "--", "true"]
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    imported = [
+        line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")
+    ]
+    assert imported and "gitmctl.launch_client" in imported
+    assert not [m for m in imported if m.split(".")[0] == "grpc" or m.startswith("google.protobuf")], imported
+    jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("lean", "exited", 0)]
+
+
+def test_a_daemon_without_the_launch_socket_is_reached_by_grpc(daemon: Daemon) -> None:
+    daemon.socket.with_name("gitmd-launch.sock").unlink()  # as an older gitmd serves no launch socket
+    r = launch(daemon, "--name", "by-grpc", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3, r.stderr
+    assert "running the command untraced" not in r.stderr and "gitmctl run: job " in r.stderr
+    jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("by-grpc", "exited", 3)]
+
+
+def test_bad_input_on_the_launch_socket_gets_an_error_and_it_serves_on(daemon: Daemon) -> None:
+    from gitmd.api.launch_socket import MAX_REQUEST_BYTES
+    from gitmd.auth.peer import DEADLINE_S
+
+    assert exchange(daemon, b"{not json\n")["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    assert exchange(daemon, b'{"rpc": "RegisterJob"}\n')["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    wrong = b'{"rpc": "RegisterJob", "request": {"gpus": "all"}}\n'
+    assert exchange(daemon, wrong)["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    big = exchange(daemon, b"x" * (MAX_REQUEST_BYTES + 1))  # no newline, more than a request may be
+    assert big["error"]["code"] == "RESOURCE_EXHAUSTED"  # type: ignore[index]
+    # a client that says nothing is dropped once the request's deadline has passed
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(DEADLINE_S + 5)
+        s.connect(str(daemon.socket.with_name("gitmd-launch.sock")))
+        t0 = time.monotonic()
+        assert s.recv(65536) == b""
+        assert time.monotonic() - t0 < DEADLINE_S + 3
+    r = launch(daemon, "--name", "after", "--", "true")
+    assert r.returncode == 0 and "gitmctl run: job " in r.stderr, r.stderr
+    jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert [j["name"] for j in jobs] == ["after"]
