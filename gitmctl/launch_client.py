@@ -14,7 +14,7 @@ from typing import Any
 from gitmctl.errors import EXIT_DENIED, ClientError, not_running, status_error
 from gitmd.api.sockets import launch_socket_for
 
-MAX_REQUEST_BYTES = 4 << 20  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
+MAX_REQUEST_BYTES = 1 << 20  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
 MAX_ANSWER_BYTES = 64 << 20
 
 

@@ -39,9 +39,11 @@ log = logging.getLogger(__name__)
 
 # the launcher's calls, each with its request message; no other RPC is served here
 RPCS = {"RegisterJob": pb.RegisterJobRequest, "ReportJobExit": pb.ReportJobExitRequest}
-# a command line's arguments (Linux's ARG_MAX is 2 MiB with the environment) and a run's stdout
-# metric (100,000 numbers, MAX_METRIC_VALUES of the launcher) fit; a larger request goes by gRPC
-MAX_REQUEST_BYTES = 4 << 20
+# what one request may be: a usual command line and a run's stdout metric (thousands of numbers)
+# fit; a larger one (the launcher caps a metric at 100,000 numbers, ~2 MB) goes by gRPC. Read
+# before the caller is judged, parsed twice (JSON, then the message): 8 of one user's at once
+# hold a few tens of MB of the daemon at most
+MAX_REQUEST_BYTES = 1 << 20
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

@@ -27,7 +27,10 @@ def exchange(d: Daemon, data: bytes) -> dict[str, object]:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
         s.connect(str(d.socket.with_name("gitmd-launch.sock")))
-        s.sendall(data)
+        try:
+            s.sendall(data)
+        except BrokenPipeError:  # it answered and closed before taking the rest: the answer is there
+            pass
         got = b""
         while not got.endswith(b"\n"):
             chunk = s.recv(65536)
