@@ -51,7 +51,10 @@ def main() -> int:
             for t in trees:
                 # run from the tree: `python -m` puts the working directory first on sys.path,
                 # before PYTHONPATH (from this checkout's root every tree's run was this one's)
-                env = {**os.environ, "PYTHONPATH": str(t)}
+                env = {
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(t), os.environ.get("PYTHONPATH")])),
+                }
                 samples[str(t)].append(timed([*ctl, *PROGRAM], env, cwd=t))
     finally:
         g.stop()
