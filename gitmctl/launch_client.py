@@ -11,10 +11,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gitmctl.errors import EXIT_DENIED, ClientError, not_running, status_error
+from gitmctl.errors import EXIT_DENIED, EXIT_USAGE, ClientError, not_running, status_error
 from gitmd.api.sockets import launch_socket_for
 
-MAX_REQUEST_BYTES = 1 << 20  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
+MAX_REQUEST_BYTES = 256 << 10  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
 MAX_ANSWER_BYTES = 64 << 20
 
 
@@ -42,7 +42,9 @@ def _exchange(path: Path, line: bytes, timeout_s: float) -> bytes:
 def call_socket(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """``rpc``'s response over the launch socket beside ``api_socket``. NoLaunchSocket where there is
     none (or ``request`` is too large for it); ClientError as the gRPC client says it, otherwise."""
-    line = json.dumps({"rpc": rpc, "request": request}, separators=(",", ":")).encode() + b"\n"
+    line = (
+        json.dumps({"rpc": rpc, "request": request}, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    )
     if len(line) > MAX_REQUEST_BYTES:
         raise NoLaunchSocket(f"the request is over {MAX_REQUEST_BYTES} bytes")
     path = launch_socket_for(api_socket)
@@ -79,7 +81,10 @@ def call_grpc(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: fl
 
     client = Client(api_socket, timeout_s=timeout_s)
     try:
-        message = json_format.ParseDict(request, getattr(pb, f"{rpc}Request")())
+        try:
+            message = json_format.ParseDict(request, getattr(pb, f"{rpc}Request")())
+        except json_format.ParseError as e:
+            raise ClientError(f"{rpc}: {e}", EXIT_USAGE) from None
         response = client.call(getattr(client.stub, rpc), message)
     finally:
         client.close()

@@ -18,6 +18,7 @@ exit (cuda_s), beside its exec-to-exit time (wall_s).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
@@ -232,7 +233,11 @@ def run_command(args: argparse.Namespace, socket_path: Path, timeout_s: float) -
     wall_s = (ended - started) / 1e9  # the run's length where gitmd gave it no shim
     # and from its CUDA start, where gitmd gave it the clock library instead
     cuda_s = read_clock(stamps, started, ended) if stamps else None
-    metrics = [{"regex": metric, "values": found}] if scan else []
+    # protobuf's JSON mapping writes a non-finite double as a string ("NaN", "Infinity")
+    values = [
+        v if math.isfinite(v) else ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity") for v in found
+    ]
+    metrics = [{"regex": metric, "values": values}] if scan else []
     site = None
     if report:
         loaded, acted = read_site_report(report)

@@ -73,6 +73,8 @@ def test_bad_input_on_the_launch_socket_gets_an_error_and_it_serves_on(daemon: D
     assert exchange(daemon, b'{"rpc": "RegisterJob"}\n')["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
     wrong = b'{"rpc": "RegisterJob", "request": {"gpus": "all"}}\n'
     assert exchange(daemon, wrong)["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    deep = exchange(daemon, b"[" * 100_000 + b"\n")  # nested past the parser's recursion
+    assert deep["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
     big = exchange(daemon, b"x" * (MAX_REQUEST_BYTES + 1))  # no newline, more than a request may be
     assert big["error"]["code"] == "RESOURCE_EXHAUSTED"  # type: ignore[index]
     # a client that says nothing is dropped once the request's deadline has passed
@@ -86,3 +88,15 @@ def test_bad_input_on_the_launch_socket_gets_an_error_and_it_serves_on(daemon: D
     assert r.returncode == 0 and "gitmctl run: job " in r.stderr, r.stderr
     jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
     assert [j["name"] for j in jobs] == ["after"]
+
+
+def test_a_metric_that_is_not_finite_is_reported_with_the_exit(daemon: Daemon) -> None:
+    """ "nan" and "inf" are numbers to the metric scan; JSON has no such literal, so they travel as
+    protobuf's JSON mapping writes them, and the exit is reported (it was refused as bad JSON)."""
+    r = launch(
+        daemon, "--name", "nan", "--metric", "v=(\\S+)", "--", "sh", "-c", "echo v=nan; echo v=inf; exit 4"
+    )
+    assert r.returncode == 4, r.stderr
+    assert "could not report" not in r.stderr
+    jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
+    assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("nan", "exited", 4)]
