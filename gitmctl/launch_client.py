@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.errors import EXIT_DENIED, EXIT_USAGE, ClientError, not_running, status_error
-from gitmd.api.sockets import launch_socket_for
+from gitmd.api.sockets import MAX_REQUEST_BYTES, launch_socket_for
 
-MAX_REQUEST_BYTES = 256 << 10  # gitmd/api/launch_socket.py's; a larger request goes by gRPC
 MAX_ANSWER_BYTES = 64 << 20
 
 

@@ -30,7 +30,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from gitmd.api.pb import pb
-from gitmd.api.servicer import GitmdServicer, status_name
+from gitmd.api.servicer import MAX_DETAILS, GitmdServicer, status_name
+from gitmd.api.sockets import MAX_REQUEST_BYTES
 from gitmd.auth.gate import Gate
 from gitmd.auth.peer import PeerServer, peer_of, read_line
 from gitmd.errors import GitmdError
@@ -39,14 +40,10 @@ log = logging.getLogger(__name__)
 
 # the launcher's calls, each with its request message; no other RPC is served here
 RPCS = {"RegisterJob": pb.RegisterJobRequest, "ReportJobExit": pb.ReportJobExitRequest}
-# what one request may be: a usual command line and a run's stdout metric (thousands of numbers)
-# fit; a larger one goes by gRPC. It is read before the caller is judged, and parsed JSON takes
-# ~20x its bytes (a 1-MiB line of empty lists took 22 MB): 8 of one uid's at once hold ~40 MB
-MAX_REQUEST_BYTES = 256 << 10
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message[:2000]}}
+    return {"error": {"code": code, "message": message[:MAX_DETAILS]}}
 
 
 class _Handler(socketserver.BaseRequestHandler):

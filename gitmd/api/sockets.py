@@ -9,3 +9,10 @@ from pathlib import Path
 def launch_socket_for(api_socket: Path) -> Path:
     """The launch socket (gitmd/api/launch_socket.py): beside the API socket, ``<stem>-launch.sock``."""
     return api_socket.with_name(api_socket.stem + "-launch.sock")
+
+
+# what one launch-socket request may be: a usual command line and a run's stdout metric (thousands of
+# numbers) fit; a larger one goes by gRPC. The daemon reads it before the caller is judged, and
+# parsed JSON takes ~20x its bytes (a 1-MiB line of empty lists took 22 MB): 8 of one uid's at once
+# hold ~40 MB
+MAX_REQUEST_BYTES = 256 << 10
