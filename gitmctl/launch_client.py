@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmctl.errors import EXIT_DENIED, EXIT_USAGE, ClientError, not_running, status_error
-from gitmd.api.sockets import MAX_REQUEST_BYTES, launch_socket_for
+from gitmd.api.sockets import MAX_REQUEST_BYTES, fits_unix_socket, launch_socket_for
 
 MAX_ANSWER_BYTES = 64 << 20
 
@@ -47,6 +47,8 @@ def call_socket(api_socket: Path, rpc: str, request: dict[str, Any], timeout_s: 
     if len(line) > MAX_REQUEST_BYTES:
         raise NoLaunchSocket(f"the request is over {MAX_REQUEST_BYTES} bytes")
     path = launch_socket_for(api_socket)
+    if not fits_unix_socket(path):  # gitmd serves none there (and connect would fail otherwise)
+        raise NoLaunchSocket(f"{path} is too long for a Unix socket")
     try:
         data = _exchange(path, line, timeout_s)
     except TimeoutError:

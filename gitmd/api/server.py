@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from gitmd.api.launch_socket import LaunchServer
 from gitmd.api.pb import pb, pb_grpc
 from gitmd.api.servicer import GitmdServicer
-from gitmd.api.sockets import launch_socket_for
+from gitmd.api.sockets import MAX_UNIX_PATH, fits_unix_socket, launch_socket_for
 from gitmd.api.streams import CallSlots, StreamSlots
 from gitmd.auth.gate import Gate
 from gitmd.config import RemoteConfig
@@ -32,7 +32,6 @@ from gitmd.service import Service
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gitmd"].full_name
-MAX_UNIX_PATH = 107  # sun_path is 108 bytes with its NUL
 # What gitmd takes in one request, from anyone (it is read before the caller is judged): 80 MiB let
 # a local user hold 1.5 GB of the root daemon with 40 refused 78-MiB calls at once (hostile-user
 # run, 2026-12-04). The largest request is a library document (MAX_IMPORT_BYTES, 16 MiB); what
@@ -58,6 +57,19 @@ class ApiServer:
                 f"{MAX_UNIX_PATH}. Choose a shorter daemon.socket or runtime_dir."
             )
         self.socket_path = socket_path
+        # the launchers' socket is 7 bytes longer than this one: where it cannot be a Unix socket
+        # gitmd serves none and `gitmctl run` goes by gRPC, as to an older gitmd. Judged here, before
+        # anything listens: it failed the start after the gRPC server had started
+        self.launch_path: Path | None = launch_socket_for(socket_path)
+        if not fits_unix_socket(self.launch_path):
+            log.warning(
+                "launch socket path %s is %d bytes; Unix sockets allow %d: serving no launch socket "
+                "(`gitmctl run` uses gRPC, a little slower). Choose a shorter daemon.socket or runtime_dir.",
+                self.launch_path,
+                len(os.fsencode(self.launch_path)),
+                MAX_UNIX_PATH,
+            )
+            self.launch_path = None
         self.remote = remote if remote is not None and remote.listen else None
         self.tcp_port = 0
         self._mode = socket_mode
@@ -98,11 +110,10 @@ class ApiServer:
             self.tcp_port = self._listen_tls(self.remote)
         self.server.start()
         gid = self._secure_socket()
-        # the launchers' socket, with the API socket's mode and group (gitmd/api/launch_socket.py)
-        self.launch = LaunchServer(
-            launch_socket_for(self.socket_path), self._servicer, self._gate, self._mode, gid
-        )
-        self.launch.start()
+        if self.launch_path is not None:
+            # the launchers' socket, with the API socket's mode and group (gitmd/api/launch_socket.py)
+            self.launch = LaunchServer(self.launch_path, self._servicer, self._gate, self._mode, gid)
+            self.launch.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving gRPC on unix:%s", self.socket_path)

@@ -10,8 +10,9 @@ import os
 import socket
 import subprocess
 import time
+from pathlib import Path
 
-from tests.integration.conftest import Daemon, command, ctl_json
+from tests.integration.conftest import SIM_CONFIG, Daemon, command, ctl_json
 
 
 def launch(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
@@ -100,3 +101,30 @@ def test_a_metric_that_is_not_finite_is_reported_with_the_exit(daemon: Daemon) -
     assert "could not report" not in r.stderr
     jobs = ctl_json(daemon.socket, "jobs", "--all")["jobs"]
     assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("nan", "exited", 4)]
+
+
+def test_a_launch_socket_path_too_long_for_a_unix_socket_is_left_out(short_tmp: Path) -> None:
+    """The API socket fits (101 bytes, the credential socket's 106 too), the launch socket's 108 do
+    not: gitmd starts and serves all the same, says why there is no launch socket, and `gitmctl run`
+    registers by gRPC (the launch socket's StartupError came after the gRPC server had started)."""
+    room = 100 - len(os.fsencode(short_tmp / "var" / "run" / "gitmd.sock"))  # and its "/"
+    prefix = short_tmp / ("v" * room) / "var"
+    cfg = short_tmp / "gitmd.toml"
+    cfg.write_text(SIM_CONFIG.format(port=0))
+    prefix.parent.mkdir()
+    d = Daemon(prefix=prefix, config=cfg)
+    assert len(os.fsencode(d.socket)) == 101
+    try:
+        d.start()
+        assert not d.socket.with_name("gitmd-launch.sock").exists()
+        assert "serving no launch socket" in d.log()
+        r = launch(d, "--name", "long", "--", "sh", "-c", "exit 3")
+        assert r.returncode == 3, r.stderr
+        assert "running the command untraced" not in r.stderr and "gitmctl run: job " in r.stderr
+        jobs = ctl_json(d.socket, "jobs", "--all")["jobs"]
+        assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("long", "exited", 3)]
+        assert d.stop() == 0
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
