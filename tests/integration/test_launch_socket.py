@@ -103,6 +103,25 @@ def test_a_metric_that_is_not_finite_is_reported_with_the_exit(daemon: Daemon) -
     assert [(j["name"], j["state"], j["exit_code"]) for j in jobs] == [("nan", "exited", 4)]
 
 
+def test_without_gitmd_the_launcher_says_so_without_importing_grpc(short_tmp: Path) -> None:
+    """Neither socket there: "gitmd is not running" as the gRPC client says it, and the command
+    runs untraced, without grpc's import (~0.2 s on every launch while gitmd is down)."""
+    argv = [*command("gitmctl"), "--socket", str(short_tmp / "gitmd.sock"), "run", "--", "sh", "-c", "exit 3"]
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 3, r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("gitmctl run: ")]
+    assert said == [
+        f"gitmctl run: gitmd is not running or not reachable at {short_tmp / 'gitmd.sock'} (no socket "
+        "there).; running the command untraced"
+    ], r.stderr
+    imported = [
+        line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")
+    ]
+    assert "gitmctl.launch_client" in imported
+    assert not [m for m in imported if m.split(".")[0] == "grpc" or m.startswith("google.protobuf")], imported
+
+
 def test_a_launch_socket_path_too_long_for_a_unix_socket_is_left_out(short_tmp: Path) -> None:
     """The API socket fits (101 bytes, the credential socket's 106 too), the launch socket's 108 do
     not: gitmd starts and serves all the same, says why there is no launch socket, and `gitmctl run`
