@@ -29,10 +29,16 @@ def _exchange(path: Path, line: bytes, timeout_s: float) -> bytes:
             s.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError) as e:
             raise NoLaunchSocket(str(e)) from None
-        s.sendall(line)
+        try:
+            s.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it answered and closed before taking it all (a refusal when busy): read the answer
         data = bytearray()
         while not data.endswith(b"\n") and len(data) <= MAX_ANSWER_BYTES:
-            chunk = s.recv(1 << 16)
+            try:
+                chunk = s.recv(1 << 16)
+            except ConnectionResetError:  # closed with our request unread: what it sent is all
+                break
             if not chunk:
                 break
             data += chunk

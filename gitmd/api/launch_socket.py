@@ -16,7 +16,8 @@ proto field names, every field written) or ``{"error": {"code": "<gRPC status na
 token), admitted and audited by the same gate and call slots as a gRPC call, and the method is the
 servicer's own. The socket sits beside the API socket (``<stem>-launch.sock``) with its mode and
 group: whoever may not reach the API may not reach this. Each exchange's request must arrive within
-DEADLINE_S; at most MAX_HANDLERS exchanges run at once (PeerServer)."""
+DEADLINE_S; at most MAX_HANDLERS exchanges run at once, PER_USER of one uid's (PeerServer): a
+connection beyond them is answered RESOURCE_EXHAUSTED at once, unread, and closed."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from gitmd.api.pb import pb
 from gitmd.api.servicer import MAX_DETAILS, GitmdServicer, status_name
 from gitmd.api.sockets import MAX_REQUEST_BYTES
 from gitmd.auth.gate import Gate
-from gitmd.auth.peer import PeerServer, peer_of, read_line
+from gitmd.auth.peer import MAX_HANDLERS, PER_USER, PeerServer, peer_of, read_line
 from gitmd.errors import GitmdError
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,20 @@ def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message[:MAX_DETAILS]}}
 
 
+def _line(answer: dict[str, Any]) -> bytes:
+    return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+
+
+# the answer to a connection beyond PeerServer's limits: a plain close read as "gitmd is not running"
+BUSY = _line(
+    _error(
+        "RESOURCE_EXHAUSTED",
+        f"gitmd is serving as many launchers as it takes at once ({PER_USER} of one user's, "
+        f"{MAX_HANDLERS} in all); try again in a moment",
+    )
+)
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: LaunchServer
 
@@ -56,7 +71,7 @@ class _Handler(socketserver.BaseRequestHandler):
             line = read_line(sock, MAX_REQUEST_BYTES + 1)
             answer = self.server.answer(peer, line)
             sock.settimeout(self.server.reply_timeout_s)
-            sock.sendall(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+            sock.sendall(_line(answer))
         except OSError as e:  # the client went away or timed out: nothing to do
             log.debug("launch socket: %s", e)
 
@@ -74,6 +89,11 @@ class LaunchServer(PeerServer):
     def start(self) -> None:
         super().start()
         log.info("serving launchers on unix:%s", self.path)
+
+    def refuse(self, request: socket.socket) -> None:
+        """A connection beyond the limits is told so (BUSY), so that the launcher says gitmd is busy
+        rather than not running; one line into an empty buffer, never waited on."""
+        request.send(BUSY)
 
     def answer(self, peer: Any, line: bytes) -> dict[str, Any]:
         """The answer to one request ``line`` from ``peer`` (the module's protocol)."""

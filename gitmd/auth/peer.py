@@ -98,9 +98,10 @@ class PeerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """A local socket whose every connection is one short exchange with a kernel-verified peer
     (peer_of), served by ``handler``. Each exchange lasts at most DEADLINE_S of reading and at
     most MAX_HANDLERS run at once (PER_USER of one uid's, ROOT_RESERVED more for root); a
-    connection beyond that is closed at once (hardening issue, item 4: slow clients held a thread
-    each, 2,951 threads, and with TasksMax=1024 gitmd could start none). ``mode`` and ``gid``
-    (-1: the daemon's own) are the socket's once bound."""
+    connection beyond that is closed at once, told so first where the protocol can (``refuse``)
+    (hardening issue, item 4: slow clients held a thread each, 2,951 threads, and with
+    TasksMax=1024 gitmd could start none). ``mode`` and ``gid`` (-1: the daemon's own) are the
+    socket's once bound."""
 
     daemon_threads = True
     request_queue_size = 128
@@ -155,9 +156,21 @@ class PeerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 if not self._active[uid]:
                     del self._active[uid]
 
+    def refuse(self, request: socket.socket) -> None:
+        """What a connection refused for the limits (``_take``) is told before it is closed: nothing
+        here, the close is the refusal (the credential socket's protocol). A subclass whose protocol
+        has an error line sends it, so that its client can say gitmd is busy rather than not
+        running. It runs on the accepting thread: it must never block (``request`` is non-blocking
+        by then) and never raise."""
+
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._take(request):
             self.refused += 1
+            try:
+                request.setblocking(False)
+                self.refuse(request)
+            except OSError:
+                pass
             self.shutdown_request(request)
             return
         try:

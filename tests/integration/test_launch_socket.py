@@ -30,8 +30,8 @@ def exchange(d: Daemon, data: bytes) -> dict[str, object]:
         s.connect(str(d.socket.with_name("gitmd-launch.sock")))
         try:
             s.sendall(data)
-        except BrokenPipeError:  # it answered and closed before taking the rest: the answer is there
-            pass
+        except (BrokenPipeError, ConnectionResetError):  # it answered and closed before taking the
+            pass  # rest (or refused the connection): the answer is there
         got = b""
         while not got.endswith(b"\n"):
             chunk = s.recv(65536)
@@ -147,3 +147,24 @@ def test_a_launch_socket_path_too_long_for_a_unix_socket_is_left_out(short_tmp: 
         if d.proc is not None and d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
+
+
+def test_a_connection_beyond_the_launch_sockets_limits_gets_an_error_line(daemon: Daemon) -> None:
+    """One uid's idle connections fill its handler slots: the next is told RESOURCE_EXHAUSTED at
+    once, so that the launcher says gitmd is busy (it read a close as "gitmd is not running")."""
+    from gitmd.auth.peer import PER_USER, ROOT_RESERVED
+
+    mine = PER_USER + (ROOT_RESERVED if os.geteuid() == 0 else 0)
+    held = []
+    try:
+        for _ in range(mine):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(daemon.socket.with_name("gitmd-launch.sock")))
+            held.append(s)
+        time.sleep(0.3)  # a handler waits on each
+        answer = exchange(daemon, b'{"rpc": "RegisterJob", "request": {}}\n')
+        assert answer["error"]["code"] == "RESOURCE_EXHAUSTED", answer  # type: ignore[index]
+        assert "at once" in answer["error"]["message"]  # type: ignore[index]
+    finally:
+        for s in held:
+            s.close()
