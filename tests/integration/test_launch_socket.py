@@ -5,12 +5,17 @@ error while it goes on serving. Access (whose uid a launch is) is in test_access
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.integration.conftest import SIM_CONFIG, Daemon, command, ctl_json
 
@@ -168,3 +173,25 @@ def test_a_connection_beyond_the_launch_sockets_limits_gets_an_error_line(daemon
     finally:
         for s in held:
             s.close()
+
+
+def test_the_launch_socket_has_the_api_sockets_group_and_mode(daemon_factory: Any) -> None:
+    """``daemon.socket_group`` and ``socket_mode`` are the launch socket's too: whoever may not reach
+    the API may not launch through it. A group this process may give a file it owns: any but its own
+    for root, else one of its supplementary groups."""
+    own = os.getegid()
+    if os.geteuid() == 0:
+        others = [g for g in grp.getgrall() if g.gr_gid != own]
+    else:
+        others = [grp.getgrgid(g) for g in os.getgroups() if g != own]
+    if not others:
+        pytest.skip("no group to give the sockets other than this process's own")
+    group = others[0]
+    config = SIM_CONFIG.format(port=0) + f'[daemon]\nsocket_mode = "0660"\nsocket_group = "{group.gr_name}"\n'
+    d = daemon_factory(config_text=config)
+    api = os.stat(d.socket)
+    launch_st = os.stat(d.socket.with_name("gitmd-launch.sock"))
+    assert (stat.S_IMODE(api.st_mode), api.st_gid) == (0o660, group.gr_gid)
+    assert (stat.S_IMODE(launch_st.st_mode), launch_st.st_gid) == (0o660, group.gr_gid)
+    r = launch(d, "--name", "grouped", "--", "true")
+    assert r.returncode == 0 and "gitmctl run: job " in r.stderr, r.stderr
