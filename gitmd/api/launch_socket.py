@@ -103,8 +103,10 @@ class LaunchServer(PeerServer):
             return _error("INVALID_ARGUMENT", "expected one JSON line ending in a newline")
         try:
             body = json.loads(line)
-        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
-            return _error("INVALID_ARGUMENT", f"not JSON: {type(e).__name__}")
+        except ValueError as e:
+            return _error("INVALID_ARGUMENT", f"not JSON: {e}")
+        except RecursionError:
+            return _error("INVALID_ARGUMENT", "not JSON: nested too deeply")
         if (
             not isinstance(body, dict)
             or set(body) != {"rpc", "request"}

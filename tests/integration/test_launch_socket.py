@@ -75,12 +75,15 @@ def test_bad_input_on_the_launch_socket_gets_an_error_and_it_serves_on(daemon: D
     from gitmd.api.launch_socket import MAX_REQUEST_BYTES
     from gitmd.auth.peer import DEADLINE_S
 
-    assert exchange(daemon, b"{not json\n")["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    not_json = exchange(daemon, b"{not json\n")
+    assert not_json["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    assert "line 1 column 2" in not_json["error"]["message"]  # type: ignore[index]  # where it failed
     assert exchange(daemon, b'{"rpc": "RegisterJob"}\n')["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
     wrong = b'{"rpc": "RegisterJob", "request": {"gpus": "all"}}\n'
     assert exchange(daemon, wrong)["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
     deep = exchange(daemon, b"[" * 100_000 + b"\n")  # nested past the parser's recursion
     assert deep["error"]["code"] == "INVALID_ARGUMENT"  # type: ignore[index]
+    assert deep["error"]["message"] == "not JSON: nested too deeply"  # type: ignore[index]
     big = exchange(daemon, b"x" * (MAX_REQUEST_BYTES + 1))  # no newline, more than a request may be
     assert big["error"]["code"] == "RESOURCE_EXHAUSTED"  # type: ignore[index]
     # a client that says nothing is dropped once the request's deadline has passed
