@@ -51,7 +51,7 @@ class ApiServer:
         remote: RemoteConfig | None = None,
         workers: int = 16,
     ):
-        if len(os.fsencode(socket_path)) > MAX_UNIX_PATH:
+        if not fits_unix_socket(socket_path):
             raise StartupError(
                 f"socket path {socket_path} is {len(os.fsencode(socket_path))} bytes; Unix sockets allow "
                 f"{MAX_UNIX_PATH}. Choose a shorter daemon.socket or runtime_dir."
