@@ -36,6 +36,7 @@ from gitmd.api.sockets import MAX_REQUEST_BYTES
 from gitmd.auth.gate import Gate
 from gitmd.auth.peer import MAX_HANDLERS, PER_USER, PeerServer, peer_of, read_line
 from gitmd.errors import GitmdError
+from gitmd.phases import Phases
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             peer = peer_of(sock)
             line = read_line(sock, MAX_REQUEST_BYTES + 1)
+            ph = Phases()
             answer = self.server.answer(peer, line)
+            ph.mark("answered")
             sock.settimeout(self.server.reply_timeout_s)
             sock.sendall(_line(answer))
+            ph.mark("sent")
+            # the launcher waits for this answer (before its exec, or before it can exit)
+            ph.log_if_slow(log, f"launch socket: a call from uid {peer.uid}")
         except OSError as e:  # the client went away or timed out: nothing to do
             log.debug("launch socket: %s", e)
 

@@ -38,6 +38,10 @@
   exec, and from the exit to its report; null: the launcher did not say, e.g. a scheduler's own);
   every run through the launcher pays it, observed or not. On a program of a few seconds it was
   the largest part (0.4-0.5 s per run on the H200 host, 2026-12-04);
+- ``exit_ms``: measured — gitmd's time on the launcher's exit report before this record (the live
+  trial ended, the launch trial's run recorded, the capture closed): the launcher waits for the
+  report's answer before it exits with the job's status, so it is a part of the run's length as
+  its scheduler sees it, outside ``launcher_s`` (null: no report, the reaper ended the job);
 - ``total_share``: all of it, ``share`` with ``launcher_s`` over the command's exec-to-exit time
   (the length of the same command run plainly); null where ``share`` is.
 - ``gitmd_cpu_s``: measured — the CPU seconds gitmd itself used (every daemon thread and its child
@@ -193,11 +197,13 @@ def run_cost(
     wall_s: float | None = None,
     trial_id: int | None = None,
     launcher_s: float | None = None,
+    exit_s: float | None = None,
 ) -> str:
     """The ending job's cost record (JSON), from what the loop holds of it and the store. ``run_s``:
     its length by the shim (None without one), ``wall_s`` by its launcher (None: not reported);
     ``trial_id``: the launch trial it was a run of (None: the state's, if it still holds one);
-    ``launcher_s``: the launcher's own time around the command (None: not reported)."""
+    ``launcher_s``: the launcher's own time around the command (None: not reported); ``exit_s``:
+    gitmd's time on the exit report until now (None: no report, the reaper ended it)."""
     st = d.states.get(job_id)
     if st is None:
         return ""
@@ -251,6 +257,7 @@ def run_cost(
         "measured_share": None if measured is None else round(measured, 4),
         "share": None if share is None else round(share, 4),
         "launcher_s": None if launcher_s is None else round(launcher_s, 3),
+        "exit_ms": None if exit_s is None else round(1000 * exit_s, 1),
         "total_share": None if total is None else round(total, 4),
         **cpu_used(d, st.cpu_at_start),
     }

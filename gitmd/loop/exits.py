@@ -20,6 +20,7 @@ from gitmd.loop.publish import Publisher
 from gitmd.loop.state import Phase
 from gitmd.loop.trials import Trials
 from gitmd.loop.views import JobView, stored_view
+from gitmd.phases import Phases
 from gitmd.store.crashes import crash_signal, signal_name
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,11 @@ class Exits:
         that had it in the shim's place (None: not known); ``launcher_s``: the launcher's own time
         around the command (its start to the exec, the exit to its report; None: not known)."""
         d = self.d
+        ph = Phases()
         self.trials.end_live(job_id, "the job exited")
+        ph.mark("live trial ended")
         run_s = self.run_s(job_id)
+        ph.mark("run length read")
         st = d.states.get(job_id)
         # without the shim by gitmd's choice (a resting run, a launch trial's), not by a crash mark;
         # after a gitmd restart (no state of it held) its row says so: untraced in those phases
@@ -120,12 +124,16 @@ class Exits:
             self.trials.run_ended(job_id, exit_code, metrics or {}, length, crash, clock, site)
         except Exception:
             log.exception("recording job %s's run of its launch trial failed", job_id)
+        ph.mark("launch trial's run recorded")
         self.untrack(job_id)
+        ph.mark("capture closed")
         out = self.outcome(job_id)
-        cost = self.cost(job_id, run_s, out["windows"], wall_s, trial_id, launcher_s)
+        cost = self.cost(job_id, run_s, out["windows"], wall_s, trial_id, launcher_s, ph.total_s)
+        ph.mark("cost worked out")
         view = self.ended(
             d.jobs.exited(job_id, exit_code, run_s=run_s, crash=crash, cost=cost, wall_s=wall_s, **out)
         )
+        ph.mark("stored")
         job = view.job
         if (
             exit_code == 0
@@ -136,6 +144,8 @@ class Exits:
             log.info("job %s (%s) ran clean without gitmd's capture: capture resumes for its program",
                      job.id, job.name)  # fmt: skip
         self.pub.publish("exited", view)
+        ph.mark("published")
+        ph.log_if_slow(log, f"job {job_id}: its exit report")
         return view
 
     def untraced(self, job_id: str) -> bool:
@@ -235,11 +245,13 @@ class Exits:
         wall_s: float | None = None,
         trial_id: int | None = None,
         launcher_s: float | None = None,
+        exit_s: float | None = None,
     ) -> str:
         """What gitmd cost the run (gitmd/loop/cost.py); never in the way of its end. ``trial_id``:
-        the launch trial it was a run of (its state has let go of it by now)."""
+        the launch trial it was a run of (its state has let go of it by now); ``exit_s``: how long
+        gitmd has taken over its exit report so far (None: not a report, the reaper's end)."""
         try:
-            cost = run_cost(self.d, job_id, run_s, windows, wall_s, trial_id, launcher_s)
+            cost = run_cost(self.d, job_id, run_s, windows, wall_s, trial_id, launcher_s, exit_s)
         except Exception:
             log.exception("what gitmd cost job %s could not be worked out", job_id)
             return ""

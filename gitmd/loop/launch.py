@@ -20,6 +20,7 @@ from gitmd.loop.publish import Publisher
 from gitmd.loop.state import LivePending, Phase
 from gitmd.loop.targets import Targets
 from gitmd.loop.trials import Trials
+from gitmd.phases import Phases
 from gitmd.store.library import Workload
 from gitmd.store.library_document import check_env
 
@@ -54,6 +55,7 @@ class Launch:
         self, reg: Registration, audit_row: dict[str, object] | None = None
     ) -> tuple[Job, LaunchPlan]:
         d = self.d
+        ph = Phases()
         reg = dataclasses.replace(reg, gpus=self._gpus(reg.gpus))
         want_capture = reg.capture and d.capture is not None
         found: dict[str, Workload] = {}
@@ -83,7 +85,9 @@ class Launch:
                 found["w"] = w
             return w.id if w else ""
 
+        ph.mark("library looked up")
         job, plan = d.jobs.register(dataclasses.replace(reg, capture=want_capture), resolve, audit_row)
+        ph.mark("registered")
         if "w" not in found and d.fleet_miss is not None:
             d.fleet_miss()  # a library miss: the fleet is asked in the background
         st = d.states.create(job.id)
@@ -94,7 +98,9 @@ class Launch:
             plan = self._known(job, reg, workload, plan, surely)
         elif plan.capture:
             plan = self._unseen_command(job, plan, script.get(job.launch_key))
+        ph.mark("policy and trial arm")
         rest = self.observe.rests(job, plan, surely) if plan.capture and d.capture is not None else ""
+        ph.mark("observation planned")
         if (
             (rest or (plan.capture and plan.trial and st.trial_id is not None))  # no window will open on it
             and st.live is None  # its live levers act on the processes the shim names
@@ -155,6 +161,8 @@ class Launch:
                          "shortest recent run")  # fmt: skip
         for w in plan.warnings:
             log.warning("job %s (%s): %s", job.id, job.name, w)
+        ph.mark("plan made")
+        ph.log_if_slow(log, f"job {job.id}: its registration")
         return job, plan
 
     def workload_at_launch(
