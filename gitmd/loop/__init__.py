@@ -165,6 +165,7 @@ class Loop:
     def shutdown(self) -> None:
         """The window pool stopped (the facade has ended the live trials first: Trials.shutdown)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.attribute.shutdown()  # an ended job's last window, stored before the store closes
 
 
 __all__ = ["Deps", "Loop"]

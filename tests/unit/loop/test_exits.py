@@ -225,3 +225,38 @@ def test_a_run_gitmd_let_go_without_the_shim_never_clears_a_crash_mark_even_afte
     svc.states.drop(v.job.id)  # gitmd restarted: nothing held of the run
     svc.report_exit(v.job.id, 0)
     assert svc.crashes.find(job.workload_id, job.launch_key) is not None
+
+
+def test_the_exit_report_is_answered_before_the_last_window_is_analysed(tmp_path: Path) -> None:
+    """The launcher waits for the exit report's answer before it exits with the job's status: the
+    last window's analysis made there cost runs with windows up to 0.12 s of their length as the
+    harness saw it (H100 2026-12-07). The report is answered first; the analysis follows and is
+    stored, and a reader of the ended job waits for it (the test above: explain still has it)."""
+    import dataclasses
+    import threading
+
+    from gitmd.capture import capture_file
+    from gitmd.loop import attribute
+    from tests.unit.loop.helpers import PLANTED
+
+    svc = make_service(tmp_path)
+    view, _ = svc.register_job(Registration("e", ("prog",), "/", os.getuid(), os.getgid()))
+    job_id = view.job.id
+    window = capture_file.loads(next(iter(sorted(PLANTED.glob("*.npz")))))
+    svc.states.of(job_id).newest = dataclasses.replace(window, job_id=job_id)
+    go = threading.Event()
+    real = attribute.window_report
+
+    def held(*a: object, **kw: object) -> object:
+        assert go.wait(30)  # the analysis cannot finish until the exit report has been answered
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    attribute.window_report = held  # type: ignore[assignment]
+    try:
+        ended = svc.report_exit(job_id, 0)  # returns while the analysis is held
+        assert ended.job.state == "exited" and svc.loop.d.reports.get(job_id) is None
+        go.set()
+        rep = svc.attribution(job_id)  # waits for the late report
+    finally:
+        attribute.window_report = real  # type: ignore[assignment]
+    assert rep.window_id == window.window_id and [c.name for c in rep.causes]
