@@ -201,6 +201,8 @@ def cost_line(cost_json: str) -> str:
         if obs is not None and c.get("windows")
         else ""
     )
+    exit_ms = c.get("exit_ms")
+    report = "" if exit_ms is None else f"; its exit report {exit_ms:.0f} ms"
     cpu = c.get("gitmd_cpu_s")
     host = c.get("host_busy")
     cpus = (
@@ -213,5 +215,5 @@ def cost_line(cost_json: str) -> str:
         f"{share}: {c.get('windows', 0)} windows ({c.get('window_s', 0):.1f} s, "
         f"{c.get('capture_model_s', 0):.2f} s by gitmd's capture model, "
         f"{c.get('attached_model_s', 0):.2f} s more with CUPTI left attached{observed}), losing trial arms "
-        f"{c.get('losing_arms_s', 0):.2f} s{trial}{cpus}"
+        f"{c.get('losing_arms_s', 0):.2f} s{trial}{report}{cpus}"
     )

@@ -293,6 +293,7 @@ def test_the_exit_reports_own_time_is_kept_and_a_slow_one_says_where_it_went(
     v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
     c = json.loads(svc.report_exit(v.job.id, 0, wall_s=4.0, launcher_s=0.4).job.cost)
     assert isinstance(c["exit_ms"], float) and 0 <= c["exit_ms"] < 60_000
+    assert f"; its exit report {c['exit_ms']:.0f} ms" in cost_line(json.dumps(c))
     v, _ = svc.register_job(Registration("j", ("python", "j.py"), "/srv", os.getuid(), os.getgid()))
     untrack = svc.loop.exits.untrack
 
