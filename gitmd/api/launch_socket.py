@@ -36,7 +36,7 @@ from gitmd.api.sockets import MAX_REQUEST_BYTES
 from gitmd.auth.gate import Gate
 from gitmd.auth.peer import MAX_HANDLERS, PER_USER, PeerServer, peer_of, read_line
 from gitmd.errors import GitmdError
-from gitmd.phases import Phases
+from gitmd.phases import SLOW_S, Phases
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,16 @@ RPCS = {"RegisterJob": pb.RegisterJobRequest, "ReportJobExit": pb.ReportJobExitR
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message[:MAX_DETAILS]}}
+
+
+def _rpc_named(line: bytes) -> str:
+    """The RPC a request line names, for the log ("a call" where it names none)."""
+    try:
+        body = json.loads(line)
+    except (ValueError, RecursionError):
+        return "a call"
+    rpc = body.get("rpc") if isinstance(body, dict) else None
+    return rpc if isinstance(rpc, str) and rpc in RPCS else "a call"
 
 
 def _line(answer: dict[str, Any]) -> bytes:
@@ -76,8 +86,10 @@ class _Handler(socketserver.BaseRequestHandler):
             sock.settimeout(self.server.reply_timeout_s)
             sock.sendall(_line(answer))
             ph.mark("sent")
-            # the launcher waits for this answer (before its exec, or before it can exit)
-            ph.log_if_slow(log, f"launch socket: a call from uid {peer.uid}")
+            # the launcher waits for this answer (before its exec, or before it can exit); the RPC's
+            # name read again only for a slow one's line
+            if ph.total_s >= SLOW_S:
+                ph.log_if_slow(log, f"launch socket: {_rpc_named(line)} from uid {peer.uid}")
         except OSError as e:  # the client went away or timed out: nothing to do
             log.debug("launch socket: %s", e)
 

@@ -147,9 +147,10 @@ class Attribute:
         """The job is ending: its reports kept in the store. The reports its windows made are stored
         now; its latest window, when no report was made of it, is analysed after the exit report
         has been answered (without Granger tests), then stored: the launcher waits for that answer
-        before it can exit with the job's status, and the analysis cost a run with windows up to
-        0.12 s of its length as its scheduler saw it (H100 2026-12-07). A reader of the ended job
-        (`gitmctl explain`) waits for it (settle)."""
+        before it can exit with the job's status, and after runs with windows that answer came up
+        to 0.12 s later than after runs without (H100 2026-12-07; this analysis was the work the
+        report did only for them). A reader of the ended job (`gitmctl explain`) waits for it
+        (settle)."""
         st = self.d.states.get(job_id)
         if st is None:
             return

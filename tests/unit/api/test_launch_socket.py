@@ -64,3 +64,11 @@ def test_the_launcher_says_gitmd_is_busy_and_runs_the_command_untraced(full: Lau
     assert r.returncode == 3, r.stderr
     assert "refused, a limit was reached: gitmd is serving as many launchers" in r.stderr
     assert "running the command untraced" in r.stderr and "not running" not in r.stderr
+
+
+def test_a_slow_exchange_is_logged_by_the_rpc_its_line_names() -> None:
+    from gitmd.api.launch_socket import _rpc_named
+
+    assert _rpc_named(b'{"rpc":"ReportJobExit","request":{}}\n') == "ReportJobExit"
+    assert _rpc_named(b'{"rpc":"DropTables","request":{}}\n') == "a call"  # never echoes a caller's name
+    assert _rpc_named(b"not json\n") == "a call" and _rpc_named(b"[1]\n") == "a call"
